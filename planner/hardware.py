@@ -1,0 +1,387 @@
+"""Accelerator and rack catalog: pydantic models for the data files in `topologies/`, converted once
+into frozen SI-unit values that the rest of the planner uses."""
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+
+from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error, load_yaml_file
+from planner.paths import data_dir
+from planner.precision import FLOPS_FORMATS_NARROW_TO_WIDE, FlopsFormat
+from planner.units import GB, TB
+
+__all__ = [
+    "Accelerator",
+    "RackType",
+    "ScaleUpTopology",
+    "Overheads",
+    "HardwareCatalog",
+    "AcceleratorSpec",
+    "RackSpec",
+    "load_hardware_catalog",
+]
+
+TFLOP = 1e12  # FLOP in a teraFLOP (datasheets quote TFLOP/s)
+
+CatalogId = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z0-9][a-z0-9.]*(-[a-z0-9.]+)*$"),
+    Field(description="lowercase kebab-case identifier, e.g. hgx-h100 or llama-3.1-70b"),
+]
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+
+
+class EdgeModel(BaseModel):
+    """Base of every model read from a file: unknown fields are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_magnitude(value: float, field_name: str, limit: float, likely_unit: str, fix: str) -> None:
+    """Catch a value written in the wrong unit (bytes/s where GB/s is asked, and so on)."""
+    if value > limit:
+        raise ValueError(f"{field_name} = {value:g} looks like {likely_unit}\n    fix: {fix}")
+
+
+class AcceleratorSpec(EdgeModel):
+    """One accelerator as written in a catalog or problem file (friendly units, named in each field)."""
+
+    id: CatalogId
+    name: str = Field(description="full product name")
+    vendor: str = Field(description="manufacturer")
+    hbm_capacity_gb: float = Field(gt=0, description="HBM capacity in decimal GB (1e9 bytes)")
+    hbm_bandwidth_tb_per_s: float = Field(gt=0, description="peak HBM bandwidth in TB/s (1e12 bytes/s)")
+    dense_tflop_per_s: dict[FlopsFormat, Annotated[float, Field(gt=0)]] = Field(
+        description="dense (no 2:4 sparsity) tensor-core TFLOP/s per input format: bf16, fp8, fp4"
+    )
+    scale_up_gb_per_s: float = Field(gt=0, description="scale-up (NVLink, ICI, xGMI) bandwidth per accelerator, per direction, GB/s")
+    scale_out_gb_per_s: float = Field(gt=0, description="scale-out (NIC) bandwidth per accelerator, per direction, GB/s")
+    host_memory_gb: float | None = Field(default=None, gt=0, description="host DRAM per accelerator, GB")
+    price_usd_per_hour: float = Field(gt=0, description="rental price per accelerator-hour in USD (an estimate)")
+    price_basis: str = Field(description="where the price comes from (provider, date, on-demand or reserved)")
+    compute_fraction: dict[FlopsFormat, Fraction] | None = Field(
+        default=None, description="achievable fraction of peak FLOP/s per format (measured matmul efficiency)"
+    )
+    hbm_bandwidth_fraction: Fraction | None = Field(default=None, description="achievable fraction of peak HBM bandwidth")
+    scale_up_bandwidth_fraction: Fraction | None = Field(default=None, description="achievable fraction of scale-up bandwidth")
+    scale_out_bandwidth_fraction: Fraction | None = Field(default=None, description="achievable fraction of scale-out bandwidth")
+    notes: str | None = Field(default=None, description="free text")
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="citation key (topologies/sources.yaml) for each numeric field"
+    )
+
+    @model_validator(mode="after")
+    def _units_and_sources(self) -> "AcceleratorSpec":
+        _check_magnitude(self.hbm_capacity_gb, "hbm_capacity_gb", 1e5, "bytes", "write decimal gigabytes, e.g. 80 for 80 GB")
+        _check_magnitude(self.hbm_bandwidth_tb_per_s, "hbm_bandwidth_tb_per_s", 1e3, "GB/s or bytes/s", "write TB/s, e.g. 3.35")
+        for fmt, tflops in self.dense_tflop_per_s.items():
+            _check_magnitude(tflops, f"dense_tflop_per_s.{fmt}", 1e7, "FLOP/s", "write TFLOP/s, e.g. 989.5")
+        for name in ("scale_up_gb_per_s", "scale_out_gb_per_s"):
+            _check_magnitude(getattr(self, name), name, 1e6, "bytes/s", "write GB/s per direction, e.g. 450")
+        numeric = [
+            name
+            for name in ("hbm_capacity_gb", "hbm_bandwidth_tb_per_s", "dense_tflop_per_s", "scale_up_gb_per_s",
+                         "scale_out_gb_per_s", "host_memory_gb", "price_usd_per_hour", "compute_fraction")
+            if getattr(self, name) is not None
+        ]
+        missing = [name for name in numeric if name not in self.sources]
+        if missing:
+            raise ValueError(
+                f"numbers without a source: {', '.join(missing)}\n    fix: add `sources: {{{missing[0]}: KEY}}` "
+                "with a key from topologies/sources.yaml (or PROJECT_ESTIMATE / DERIVED, explained in notes)"
+            )
+        return self
+
+
+class SwitchedScaleUp(EdgeModel):
+    """Every accelerator has one link of its full scale-up bandwidth into a non-blocking switch."""
+
+    kind: Literal["switched"]
+
+
+class FullMeshScaleUp(EdgeModel):
+    """One direct link per pair of accelerators; each link carries 1/(n-1) of the scale-up bandwidth."""
+
+    kind: Literal["full_mesh"]
+
+
+class TorusScaleUp(EdgeModel):
+    """Accelerators on a torus (TPU ICI, Trainium NeuronLink); links only to grid neighbours."""
+
+    kind: Literal["torus"]
+    dims: list[Annotated[int, Field(ge=2)]] = Field(min_length=1, max_length=3, description="torus side lengths")
+    wraparound: bool = Field(default=True, description="whether each axis closes into a ring")
+    axis_link_gb_per_s: list[Annotated[float, Field(gt=0)]] | None = Field(
+        default=None, description="per-link bandwidth per axis, GB/s per direction (default: even split)"
+    )
+
+    @model_validator(mode="after")
+    def _axes(self) -> "TorusScaleUp":
+        if self.axis_link_gb_per_s is not None and len(self.axis_link_gb_per_s) != len(self.dims):
+            raise ValueError(
+                f"axis_link_gb_per_s has {len(self.axis_link_gb_per_s)} entries for {len(self.dims)} axes"
+                "\n    fix: give one bandwidth per axis of dims"
+            )
+        return self
+
+
+ScaleUpSpec = Annotated[SwitchedScaleUp | FullMeshScaleUp | TorusScaleUp, Field(discriminator="kind")]
+
+
+class RackSpec(EdgeModel):
+    """One scale-up unit (box, rack, TPU slice) as written in a catalog or problem file."""
+
+    id: CatalogId
+    name: str = Field(description="full name")
+    accelerator: str = Field(description="accelerator id (catalog or the problem's custom_accelerators)")
+    accelerators: int = Field(ge=1, le=100_000, description="accelerators in one scale-up domain")
+    scale_up: ScaleUpSpec = Field(description="how the accelerators of the unit are linked")
+    sources: dict[str, str] = Field(default_factory=dict, description="citation key for each numeric field")
+
+    @model_validator(mode="after")
+    def _shape(self) -> "RackSpec":
+        if isinstance(self.scale_up, TorusScaleUp):
+            product = 1
+            for side in self.scale_up.dims:
+                product *= side
+            if product != self.accelerators:
+                raise ValueError(
+                    f"torus {'x'.join(map(str, self.scale_up.dims))} holds {product} accelerators, not {self.accelerators}"
+                    "\n    fix: make the product of scale_up.dims equal accelerators"
+                )
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# Internal values (SI units)
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """An accelerator in SI units, with its achievable fractions resolved."""
+
+    id: str
+    name: str
+    vendor: str
+    hbm_capacity_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    dense_flops_per_s: Mapping[FlopsFormat, float]
+    scale_up_bandwidth_bytes_per_s: float
+    scale_out_bandwidth_bytes_per_s: float
+    host_memory_bytes: float | None
+    price_usd_per_hour: float
+    price_basis: str
+    compute_fraction_by_format: Mapping[FlopsFormat, float]
+    hbm_bandwidth_fraction: float
+    scale_up_bandwidth_fraction: float
+    scale_out_bandwidth_fraction: float
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def supported_flops_format(self, wanted: FlopsFormat) -> FlopsFormat | None:
+        """`wanted` if the accelerator has tensor cores for it, else the next wider format it has."""
+        order = FLOPS_FORMATS_NARROW_TO_WIDE
+        for fmt in order[order.index(wanted):]:
+            if fmt in self.dense_flops_per_s:
+                return fmt
+        return None
+
+
+@dataclass(frozen=True)
+class ScaleUpTopology:
+    kind: Literal["switched", "full_mesh", "torus"]
+    dims: tuple[int, ...] = ()
+    wraparound: bool = True
+    axis_link_bandwidth_bytes_per_s: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RackType:
+    """A scale-up unit: `n_accelerators` of one accelerator joined by a scale-up topology."""
+
+    id: str
+    name: str
+    accelerator: Accelerator
+    n_accelerators: int
+    topology: ScaleUpTopology
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Fixed costs that do not scale with bytes or FLOPs (defaults.yaml, with sources)."""
+
+    collective_latency_s: float
+    runtime_reserved_bytes: float
+    communication_buffer_bytes_by_group_size: tuple[tuple[int, float], ...]
+
+    def communication_buffer_bytes(self, group_size: int) -> float:
+        """Collective-library buffers per accelerator for a group of `group_size` ranks."""
+        best = 0.0
+        for size, n_bytes in self.communication_buffer_bytes_by_group_size:
+            if size <= group_size:
+                best = n_bytes
+        return best
+
+
+@dataclass(frozen=True)
+class AchievableDefaults:
+    compute_fraction: float
+    hbm_bandwidth_fraction: float
+    scale_up_bandwidth_fraction: float
+    scale_out_bandwidth_fraction: float
+
+
+@dataclass(frozen=True)
+class HardwareCatalog:
+    accelerators: Mapping[str, Accelerator]
+    racks: Mapping[str, RackType]
+    overheads: Overheads
+    defaults: AchievableDefaults
+    sources: Mapping[str, str]
+
+    def with_overrides(
+        self,
+        *,
+        accelerators: Iterable[AcceleratorSpec] = (),
+        racks: Iterable[RackSpec] = (),
+        price_usd_per_hour: Mapping[str, float] | None = None,
+        achievable: Mapping[str, Mapping[str, float]] | None = None,
+        field_prefix: str = "cluster",
+    ) -> "HardwareCatalog":
+        """A copy with problem-specific accelerators, racks, prices and achievable fractions."""
+        accel = dict(self.accelerators)
+        for spec in accelerators:
+            accel[spec.id] = _accelerator_from_spec(spec, self.defaults, self.sources)
+        issues = []
+        for accel_id, price in (price_usd_per_hour or {}).items():
+            if accel_id not in accel:
+                issues.append(_unknown_accelerator(f"{field_prefix}.price_overrides_usd_per_hour.{accel_id}", accel_id, accel))
+                continue
+            accel[accel_id] = replace(accel[accel_id], price_usd_per_hour=price, price_basis="set in the problem file")
+        for accel_id, fractions in (achievable or {}).items():
+            if accel_id not in accel:
+                issues.append(_unknown_accelerator(f"{field_prefix}.achievable_overrides.{accel_id}", accel_id, accel))
+                continue
+            accel[accel_id] = _apply_fractions(accel[accel_id], fractions)
+        rack_map = {rid: replace(r, accelerator=accel[r.accelerator.id]) for rid, r in self.racks.items()}
+        for i, spec in enumerate(racks):
+            if spec.accelerator not in accel:
+                issues.append(_unknown_accelerator(f"{field_prefix}.custom_racks[{i}].accelerator", spec.accelerator, accel))
+                continue
+            rack_map[spec.id] = _rack_from_spec(spec, accel)
+        if issues:
+            raise PlannerInputError(issues)
+        return replace(self, accelerators=accel, racks=rack_map)
+
+
+def _unknown_accelerator(field_name: str, name: str, accel: Mapping[str, Accelerator]) -> InputIssue:
+    from planner.errors import unknown_name_issue
+
+    return unknown_name_issue(field_name, "accelerator", name, accel)
+
+
+def _apply_fractions(accel: Accelerator, fractions: Mapping[str, float]) -> Accelerator:
+    updates: dict = {}
+    for name, value in fractions.items():
+        if name == "compute_fraction":
+            updates["compute_fraction_by_format"] = {fmt: value for fmt in accel.dense_flops_per_s}
+        else:
+            updates[name] = value
+    return replace(accel, **updates)
+
+
+def _accelerator_from_spec(spec: AcceleratorSpec, defaults: AchievableDefaults, sources: Mapping[str, str]) -> Accelerator:
+    compute_fraction = {fmt: (spec.compute_fraction or {}).get(fmt, defaults.compute_fraction) for fmt in spec.dense_tflop_per_s}
+    return Accelerator(
+        id=spec.id,
+        name=spec.name,
+        vendor=spec.vendor,
+        hbm_capacity_bytes=spec.hbm_capacity_gb * GB,
+        hbm_bandwidth_bytes_per_s=spec.hbm_bandwidth_tb_per_s * TB,
+        dense_flops_per_s={fmt: tflops * TFLOP for fmt, tflops in spec.dense_tflop_per_s.items()},
+        scale_up_bandwidth_bytes_per_s=spec.scale_up_gb_per_s * GB,
+        scale_out_bandwidth_bytes_per_s=spec.scale_out_gb_per_s * GB,
+        host_memory_bytes=None if spec.host_memory_gb is None else spec.host_memory_gb * GB,
+        price_usd_per_hour=spec.price_usd_per_hour,
+        price_basis=spec.price_basis,
+        compute_fraction_by_format=compute_fraction,
+        hbm_bandwidth_fraction=spec.hbm_bandwidth_fraction or defaults.hbm_bandwidth_fraction,
+        scale_up_bandwidth_fraction=spec.scale_up_bandwidth_fraction or defaults.scale_up_bandwidth_fraction,
+        scale_out_bandwidth_fraction=spec.scale_out_bandwidth_fraction or defaults.scale_out_bandwidth_fraction,
+        sources={name: sources.get(key, key) for name, key in spec.sources.items()},
+    )
+
+
+def _rack_from_spec(spec: RackSpec, accelerators: Mapping[str, Accelerator]) -> RackType:
+    up = spec.scale_up
+    if isinstance(up, TorusScaleUp):
+        axis = None if up.axis_link_gb_per_s is None else tuple(b * GB for b in up.axis_link_gb_per_s)
+        topology = ScaleUpTopology("torus", tuple(up.dims), up.wraparound, axis)
+    else:
+        topology = ScaleUpTopology(up.kind)
+    return RackType(spec.id, spec.name, accelerators[spec.accelerator], spec.accelerators, topology)
+
+
+class _AcceleratorFile(EdgeModel):
+    accelerators: list[AcceleratorSpec]
+
+
+class _RackFile(EdgeModel):
+    racks: list[RackSpec]
+
+
+def _parse(model: type[BaseModel], path: Path) -> BaseModel:
+    try:
+        return model.model_validate(load_yaml_file(path))
+    except ValidationError as exc:
+        raise PlannerInputError(issues_from_validation_error(exc), source=str(path)) from None
+
+
+def _load_defaults(path: Path) -> tuple[AchievableDefaults, Overheads]:
+    raw = load_yaml_file(path)
+    ach = {name: entry["value"] for name, entry in raw["achievable"].items()}
+    over = {name: entry["value"] for name, entry in raw["overheads"].items()}
+    buffers = tuple(sorted((int(k), float(v)) for k, v in over["communication_buffer_bytes_by_group_size"].items()))
+    return (
+        AchievableDefaults(**ach),
+        Overheads(float(over["collective_latency_s"]), float(over["runtime_reserved_bytes"]), buffers),
+    )
+
+
+def _check_source_keys(specs: Iterable[AcceleratorSpec | RackSpec], sources: Mapping[str, str], path: Path) -> None:
+    issues = [
+        InputIssue(f"{spec.id}.sources.{name}", f"unknown source key '{key}'", "add it to topologies/sources.yaml or fix the key")
+        for spec in specs
+        for name, key in spec.sources.items()
+        if key not in sources
+    ]
+    if issues:
+        raise PlannerInputError(issues, source=str(path))
+
+
+@functools.lru_cache(maxsize=4)
+def load_hardware_catalog(directory: Path | None = None) -> HardwareCatalog:
+    """Read every accelerator and rack file under `directory` (default: the built-in topologies/)."""
+    root = directory or data_dir("topologies")
+    sources = load_yaml_file(root / "sources.yaml")["sources"]
+    defaults, overheads = _load_defaults(root / "defaults.yaml")
+    accelerators: dict[str, Accelerator] = {}
+    for path in sorted((root / "accelerators").glob("*.yaml")):
+        parsed = _parse(_AcceleratorFile, path)
+        _check_source_keys(parsed.accelerators, sources, path)
+        for spec in parsed.accelerators:
+            if spec.id in accelerators:
+                raise PlannerInputError(InputIssue(spec.id, f"accelerator defined twice ({path.name})", "keep one entry"))
+            accelerators[spec.id] = _accelerator_from_spec(spec, defaults, sources)
+    racks: dict[str, RackType] = {}
+    for path in sorted((root / "racks").glob("*.yaml")):
+        parsed = _parse(_RackFile, path)
+        _check_source_keys(parsed.racks, sources, path)
+        for spec in parsed.racks:
+            if spec.accelerator not in accelerators:
+                raise PlannerInputError(_unknown_accelerator(f"{spec.id}.accelerator", spec.accelerator, accelerators), str(path))
+            racks[spec.id] = _rack_from_spec(spec, accelerators)
+    return HardwareCatalog(accelerators, racks, overheads, defaults, sources)

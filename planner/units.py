@@ -1,0 +1,43 @@
+"""Unit conversions used at the edges (data files, CLI output). Inside `planner/` every quantity is
+in SI base units with the unit in its name; these helpers are the only place factors appear."""
+
+__all__ = [
+    "GB", "GIB", "TB", "MS", "US", "SECONDS_PER_HOUR",
+    "format_bytes", "format_seconds", "format_rate", "format_usd",
+]
+
+GB = 1e9  # bytes in a decimal gigabyte (vendors quote HBM and link bandwidth in these)
+GIB = 2.0**30  # bytes in a binary gibibyte
+TB = 1e12  # bytes in a decimal terabyte
+MS = 1e-3  # seconds in a millisecond
+US = 1e-6  # seconds in a microsecond
+SECONDS_PER_HOUR = 3600.0
+
+
+def format_bytes(n_bytes: float) -> str:
+    """Human-readable decimal bytes: 1.34 TB, 80.0 GB, 512 MB."""
+    for unit, factor in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n_bytes) >= factor:
+            return f"{n_bytes / factor:.3g} {unit}"
+    return f"{n_bytes:.0f} B"
+
+
+def format_seconds(seconds: float) -> str:
+    """Human-readable duration: 12.3 ms, 450 us, 2.10 s."""
+    if seconds >= 1.0:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds / 1e-3:.3g} ms"
+    return f"{seconds / 1e-6:.3g} us"
+
+
+def format_rate(per_s: float) -> str:
+    """Human-readable rate with SI prefix: 12.3k/s."""
+    for prefix, factor in (("M", 1e6), ("k", 1e3)):
+        if abs(per_s) >= factor:
+            return f"{per_s / factor:.3g}{prefix}/s"
+    return f"{per_s:.3g}/s"
+
+
+def format_usd(usd: float) -> str:
+    return f"${usd:,.4g}" if abs(usd) < 1000 else f"${usd:,.0f}"
