@@ -1,0 +1,222 @@
+"""Command-line interface: parse, load validated inputs, call the library, render.
+
+Exit codes: 0 success, 2 bad input (message names the field and the fix), 3 infeasible (the
+deployment or problem cannot be served; the output says why).
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from planner import __version__
+from planner.architecture import kv_bytes_per_token, param_counts
+from planner.deployment import Layout, layout_issues
+from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
+from planner.estimate import DEFAULT_PREFILL_CHUNK_TOKENS, DeploymentInputs, estimate
+from planner.hardware import HardwareCatalog, load_hardware_catalog
+from planner.model_catalog import load_model_catalog
+from planner.paths import data_dir
+from planner.precision import Precision
+from planner.problem import PrecisionSpec, load_problem, problem_json_schema, resolve_precisions, resolve_problem
+from planner.report import estimate_record, render_estimate
+from planner.roofline import OverlapPolicy
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
+_FLAG_OF_FIELD = {"layout.tp": "--tp", "layout.ep": "--ep", "layout.pp": "--pp", "layout.dp_attn": "--dp-attn", "layout.batch": "--batch"}
+
+
+def _write_json(path: str, record: dict) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
+def resolve_problem_path(text: str) -> Path:
+    """A problem path, or the name of a bundled problem (with or without .yaml)."""
+    path = Path(text)
+    if path.exists():
+        return path
+    bundled = data_dir("problems")
+    for candidate in (bundled / text, bundled / f"{text}.yaml"):
+        if candidate.exists():
+            return candidate
+    names = sorted(p.stem for p in bundled.glob("*.yaml"))
+    raise PlannerInputError(unknown_name_issue("PROBLEM", "problem file", text, names))
+
+
+# ---------------------------------------------------------------------------------------------
+# estimate
+
+
+def _estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
+    hardware: HardwareCatalog = load_hardware_catalog()
+    models = load_model_catalog()
+    arch, spec, rack_id = None, PrecisionSpec(), None
+    isl, osl = 2048, 256
+    if args.problem:
+        path = resolve_problem_path(args.problem)
+        resolved = resolve_problem(load_problem(path), base_dir=path.parent, source=str(path))
+        hardware = resolved.hardware
+        names = [w.name for w in resolved.workloads]
+        workload = resolved.workloads[names.index(args.workload)] if args.workload in names else resolved.workloads[0]
+        if args.workload and args.workload not in names:
+            raise PlannerInputError(unknown_name_issue("--workload", "workload", args.workload, names))
+        model = resolved.models[workload.model_key]
+        arch, spec, rack_id = model.arch, model.precisions, resolved.rack_counts[0][0].id
+        isl, osl = workload.input_tokens, workload.output_tokens
+    issues = []
+    if args.model:
+        if args.model not in models:
+            issues.append(unknown_name_issue("--model", "model", args.model, models))
+        else:
+            arch = models[args.model]
+    if args.rack:
+        if args.rack not in hardware.racks:
+            issues.append(unknown_name_issue("--rack", "rack", args.rack, hardware.racks))
+        rack_id = args.rack
+    if arch is None and not args.model:
+        issues.append(InputIssue("--model", "no model given", "pass --model NAME (see `planner catalog`) or a problem file"))
+    if rack_id is None and not args.rack:
+        issues.append(InputIssue("--rack", "no rack given", "pass --rack NAME (see `planner catalog`) or a problem file"))
+    if args.batch is None:
+        issues.append(InputIssue("--batch", "no decode batch given", "pass --batch N (sequences in flight per replica)"))
+    if issues:
+        raise PlannerInputError(issues)
+    rack = hardware.racks[rack_id]
+    if args.price is not None:
+        hardware = hardware.with_overrides(price_usd_per_hour={rack.accelerator.id: args.price})
+        rack = hardware.racks[rack_id]
+    layout = Layout(tp=args.tp, ep=args.ep, pp=args.pp, dp_attn=args.dp_attn) if args.dp_attn else Layout.with_default_dp_attn(args.tp, args.ep, args.pp)
+    issues = [InputIssue(_FLAG_OF_FIELD.get(i.field, i.field), i.problem, i.fix.replace("dp_attn", "--dp-attn"))
+              for i in layout_issues(arch, layout, args.batch)]
+    if issues:
+        raise PlannerInputError(issues)
+    flags = {"weights": args.weights_precision, "kv_cache": args.kv_precision,
+             "activations": args.activations_precision, "compute": args.compute_precision}
+    spec = PrecisionSpec(**(spec.model_dump() | {k: v for k, v in flags.items() if v is not None}))
+    precisions, notes = resolve_precisions(spec, arch, rack.accelerator, field_name="--compute-precision")
+    return DeploymentInputs(
+        arch=arch, rack=rack, layout=layout, batch_per_replica=args.batch,
+        input_tokens=args.isl or isl, output_tokens=args.osl or osl, precisions=precisions,
+        overheads=hardware.overheads, overlap=OverlapPolicy(args.overlap), prefill_chunk_tokens=args.prefill_chunk, notes=notes,
+    )
+
+
+def _cmd_estimate(args: argparse.Namespace, console: Console) -> int:
+    inputs = _estimate_inputs(args)
+    result = estimate(inputs)
+    render_estimate(result, console)
+    if args.json:
+        _write_json(args.json, estimate_record(result))
+        console.print(f"wrote {args.json}")
+    return EXIT_OK if result.fits else EXIT_INFEASIBLE
+
+
+# ---------------------------------------------------------------------------------------------
+# schema and catalog
+
+
+def _cmd_schema(args: argparse.Namespace, console: Console) -> int:
+    text = json.dumps(problem_json_schema(), indent=2)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+    return EXIT_OK
+
+
+def catalog_record() -> dict:
+    hardware, models = load_hardware_catalog(), load_model_catalog()
+    accelerators = [{
+        "id": a.id, "name": a.name, "hbm_capacity_bytes": a.hbm_capacity_bytes, "hbm_bandwidth_bytes_per_s": a.hbm_bandwidth_bytes_per_s,
+        "dense_flops_per_s": {str(k): v for k, v in a.dense_flops_per_s.items()},
+        "scale_up_bandwidth_bytes_per_s": a.scale_up_bandwidth_bytes_per_s, "scale_out_bandwidth_bytes_per_s": a.scale_out_bandwidth_bytes_per_s,
+        "price_usd_per_hour": a.price_usd_per_hour, "price_basis": a.price_basis,
+    } for a in hardware.accelerators.values()]
+    racks = [{
+        "id": r.id, "name": r.name, "accelerator": r.accelerator.id, "accelerators": r.n_accelerators,
+        "topology": r.topology.kind, "dims": list(r.topology.dims), "domain_hbm_bytes": r.n_accelerators * r.accelerator.hbm_capacity_bytes,
+    } for r in hardware.racks.values()]
+    model_rows = []
+    for m in models.values():
+        counts = param_counts(m)
+        model_rows.append({
+            "id": m.id, "name": m.name, "total_params": counts.total, "active_params": counts.active_matmul,
+            "layers": m.n_layers, "attention": str(m.attention.kind),
+            "routed_experts": m.moe.n_routed_experts if m.moe else 0, "experts_per_token": m.moe.experts_per_token if m.moe else 0,
+            "kv_bytes_per_token_bf16": kv_bytes_per_token(m, 2.0), "max_context_tokens": m.max_context_tokens,
+        })
+    return {"accelerators": accelerators, "racks": racks, "models": model_rows}
+
+
+def _cmd_catalog(args: argparse.Namespace, console: Console) -> int:
+    from planner.catalog_view import render_catalog
+
+    record = catalog_record()
+    if args.json:
+        _write_json(args.json, record)
+    render_catalog(record, console, args.section)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# parser
+
+
+def _add_estimate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("estimate", help="evaluate one fixed deployment and show its roofline breakdown",
+                       description="Evaluate one replica: step-time terms, TPOT, TTFT, HBM use and cost. "
+                                   "Exit code 3 when the deployment does not fit in HBM.")
+    p.add_argument("problem", nargs="?", help="optional problem file (or bundled problem name) giving model, rack and workload")
+    p.add_argument("--workload", help="workload of the problem to use (default: the first)")
+    p.add_argument("--model", help="model id, e.g. llama-3.1-70b")
+    p.add_argument("--rack", help="rack / scale-up unit id, e.g. hgx-h100")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of attention and dense weights")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel degree")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    p.add_argument("--dp-attn", type=int, default=None, help="attention data-parallel ranks per stage (default: ep/tp when ep > tp)")
+    p.add_argument("--batch", type=int, help="sequences in flight per replica (all micro-batches)")
+    p.add_argument("--isl", type=int, help="input (prompt) tokens per request (default 2048, or the problem's)")
+    p.add_argument("--osl", type=int, help="output tokens per request (default 256, or the problem's)")
+    precisions = [p.value for p in Precision]
+    p.add_argument("--weights-precision", choices=precisions, help="weight format (default: the model's native one)")
+    p.add_argument("--kv-precision", choices=precisions, help="KV-cache format (default bf16)")
+    p.add_argument("--activations-precision", choices=precisions, help="activation format (default bf16)")
+    p.add_argument("--compute-precision", choices=precisions, help="matmul format (default: the weights')")
+    p.add_argument("--price", type=float, help="USD per accelerator-hour instead of the catalog estimate")
+    p.add_argument("--overlap", choices=[o.value for o in OverlapPolicy], default=OverlapPolicy.SERIAL.value,
+                   help="serial: communication adds to the step (default); overlapped: hidden behind compute/memory")
+    p.add_argument("--prefill-chunk", type=int, default=DEFAULT_PREFILL_CHUNK_TOKENS, help="tokens per prefill forward pass")
+    p.add_argument("--json", metavar="PATH", help="also write every figure as JSON (SI units)")
+    p.set_defaults(func=_cmd_estimate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="planner", description="Plan LLM deployments on clusters and cost each token.")
+    parser.add_argument("--version", action="version", version=f"planner {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_estimate(sub)
+    schema = sub.add_parser("schema", help="print the JSON Schema of problem files")
+    schema.add_argument("-o", "--output", help="write to a file instead of standard output")
+    schema.set_defaults(func=_cmd_schema)
+    catalog = sub.add_parser("catalog", help="list accelerators, racks and models with their key numbers")
+    catalog.add_argument("section", nargs="?", choices=["accelerators", "racks", "models"], help="only this section")
+    catalog.add_argument("--json", metavar="PATH", help="also write the catalog as JSON")
+    catalog.set_defaults(func=_cmd_catalog)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    console = Console(width=max(100, Console().width), highlight=False)
+    try:
+        return args.func(args, console)
+    except PlannerInputError as exc:
+        Console(stderr=True, width=120, highlight=False).print(exc.render(), markup=False)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,325 @@
+"""Evaluate one fixed deployment: decode and prefill step times, TPOT, TTFT, HBM use and cost.
+
+Step 1 splits the model's layers into pipeline stages and sums per-layer quantities per stage.
+Step 2 evaluates the decode step and a prefill chunk of every stage with the roofline terms.
+Step 3 takes the slowest stage, then derives latencies, throughputs, memory and cost.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.architecture import (
+    ModelArch,
+    attention_flops_per_context_token,
+    kv_bytes_per_sequence,
+    kv_bytes_per_token_per_layer,
+    layer_params,
+    layer_windows,
+    param_counts,
+)
+from planner.cost import usd_per_million_tokens, usd_per_s
+from planner.deployment import Layout, Precisions
+from planner.hardware import Overheads, RackType
+from planner.links import EffectiveLinks, ReplicaLinks, default_replica_links, effective_links
+from planner.memory import (
+    MemoryUse,
+    activation_bytes_per_accelerator,
+    kv_bytes_per_accelerator,
+    kv_shard_fraction,
+    weight_bytes_per_accelerator,
+)
+from planner.roofline import (
+    OverlapPolicy,
+    StepTime,
+    all_reduce_time_s,
+    all_to_all_time_s,
+    causal_attention_pairs,
+    compute_time_s,
+    expert_touch_fraction,
+    matmul_flops,
+    memory_time_s,
+    point_to_point_time_s,
+)
+from planner.units import SECONDS_PER_HOUR
+
+__all__ = ["DeploymentInputs", "Estimate", "estimate", "stage_of_layer", "DEFAULT_PREFILL_CHUNK_TOKENS"]
+
+WORST_CASE_QUEUE_DEPARTURES = 2  # claim 3: a request waits at most about two batch departures
+DEFAULT_PREFILL_CHUNK_TOKENS = 8192  # tokens per prefill forward pass (serving engines' chunked-prefill budget)
+ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style tensor parallelism)
+DISPATCH_AND_COMBINE = 2  # an expert all-to-all goes out (dispatch) and comes back (combine)
+
+
+@dataclass(frozen=True)
+class DeploymentInputs:
+    """Everything one replica's evaluation needs."""
+
+    arch: ModelArch
+    rack: RackType
+    layout: Layout
+    batch_per_replica: int
+    input_tokens: int
+    output_tokens: int
+    precisions: Precisions
+    overheads: Overheads
+    overlap: OverlapPolicy = OverlapPolicy.SERIAL
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
+    notes: tuple[str, ...] = ()  # extra assumptions to state (precision fall-backs, ...)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The figures of one deployment. Times in seconds, bytes, USD."""
+
+    inputs: DeploymentInputs
+    links: ReplicaLinks
+    decode_step: StepTime  # per output token, all pipeline stages (sums to TPOT)
+    prefill_chunk_step: StepTime  # one prefill chunk through the slowest stage
+    tpot_s: float
+    stage_time_s: float
+    prefill_latency_s: float
+    queue_wait_s: float
+    ttft_s: float
+    decode_tokens_per_s: float  # per replica
+    prefill_tokens_per_s: float  # per replica
+    memory: MemoryUse
+    expert_touch_fraction: float
+    flops_per_s_effective: float
+    hbm_bandwidth_bytes_per_s_effective: float
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def n_accelerators(self) -> int:
+        return self.inputs.layout.n_accelerators
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.inputs.rack.accelerator.price_usd_per_hour * self.n_accelerators
+
+    @property
+    def output_tokens_per_s_per_accelerator(self) -> float:
+        return self.decode_tokens_per_s / self.n_accelerators
+
+    @property
+    def usd_per_million_output_tokens(self) -> float:
+        return usd_per_million_tokens(self.usd_per_hour / SECONDS_PER_HOUR, self.decode_tokens_per_s)
+
+    @property
+    def usd_per_million_input_tokens(self) -> float:
+        return usd_per_million_tokens(self.usd_per_hour / SECONDS_PER_HOUR, self.prefill_tokens_per_s)
+
+    @property
+    def replica_seconds_per_request(self) -> float:
+        """Replica time one request takes when prefill and decode share the replica."""
+        return self.inputs.input_tokens / self.prefill_tokens_per_s + self.inputs.output_tokens / self.decode_tokens_per_s
+
+    @property
+    def requests_per_s(self) -> float:
+        return 1.0 / self.replica_seconds_per_request
+
+    @property
+    def usd_per_request(self) -> float:
+        return usd_per_s(self.inputs.rack.accelerator.price_usd_per_hour, self.n_accelerators) * self.replica_seconds_per_request
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+
+def stage_of_layer(n_layers: int, pp: int) -> np.ndarray:
+    """Pipeline stage of every layer: contiguous ranges, the first n_layers % pp stages one longer."""
+    sizes = [n_layers // pp + (1 if s < n_layers % pp else 0) for s in range(pp)]
+    return np.repeat(np.arange(pp), sizes)
+
+
+@dataclass(frozen=True)
+class _Stages:
+    """Per-stage sums, arrays of shape (pp,)."""
+
+    n_layers: np.ndarray
+    n_moe_layers: np.ndarray
+    dense_params: np.ndarray  # attention, dense MLPs, shared experts, routers, norms
+    head_params: np.ndarray  # the LM head matmul (last stage)
+    vocab_params_stored: np.ndarray  # embedding table (first stage) and untied LM head (last stage)
+    routed_total_params: np.ndarray
+    routed_active_params: np.ndarray
+    layer_to_stage: np.ndarray
+
+    def per_stage(self, per_layer: np.ndarray) -> np.ndarray:
+        return np.bincount(self.layer_to_stage, weights=per_layer, minlength=len(self.n_layers))
+
+
+def _stages(arch: ModelArch, pp: int) -> _Stages:
+    layer_to_stage = stage_of_layer(arch.n_layers, pp)
+    per = lambda values: np.bincount(layer_to_stage, weights=values, minlength=pp)  # noqa: E731
+    params = layer_params(arch)
+    counts = param_counts(arch)
+    first, last = np.arange(pp) == 0, np.arange(pp) == pp - 1
+    separate_head = not counts.tied or pp > 1  # a tied head on a later stage needs its own copy
+    return _Stages(
+        n_layers=per(np.ones(arch.n_layers)),
+        n_moe_layers=per(np.array(arch.layer_is_moe, dtype=float)),
+        dense_params=per(params.dense),
+        head_params=np.where(last, counts.lm_head, 0.0),
+        vocab_params_stored=np.where(first, counts.embedding, 0.0) + np.where(last & separate_head, counts.lm_head, 0.0),
+        routed_total_params=per(params.routed_total),
+        routed_active_params=per(params.routed_active),
+        layer_to_stage=layer_to_stage,
+    )
+
+
+def _comm_s(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, tokens_per_rank: float, tokens_per_stage: float) -> np.ndarray:
+    """Per-stage communication of one forward pass: TP all-reduces, expert all-to-alls, the
+    hand-off to the next stage."""
+    lay, arch, act = inp.layout, inp.arch, inp.precisions.activation_bytes
+    hidden_bytes = arch.hidden_size * act
+    moe_all_to_all = lay.ep > 1
+    n_all_reduce = ALL_REDUCES_PER_LAYER * st.n_layers - (st.n_moe_layers if moe_all_to_all else 0)
+    comm = n_all_reduce * all_reduce_time_s(tokens_per_rank * hidden_bytes, lay.tp, eff.tp_bytes_per_s, eff.latency_s)
+    if moe_all_to_all:
+        remote = (lay.ep - 1) / lay.ep
+        per_member = tokens_per_stage / lay.stage_size * arch.moe.experts_per_token * hidden_bytes * remote
+        one_way = all_to_all_time_s(per_member, lay.stage_size, eff.stage_injection_bytes_per_s, eff.stage_bisection_bytes_per_s, eff.latency_s)
+        comm = comm + st.n_moe_layers * DISPATCH_AND_COMBINE * one_way
+    if lay.pp > 1:
+        send = point_to_point_time_s(tokens_per_stage * hidden_bytes, eff.pp_bytes_per_s, eff.latency_s)
+        comm = comm + np.where(np.arange(lay.pp) == lay.pp - 1, 0.0, send)
+    return comm
+
+
+def _decode_stages(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, flops_per_s: float, bw: float) -> tuple[list[StepTime], float]:
+    """Roofline terms of one decode micro-batch step on every stage, and the expert-touch fraction."""
+    arch, lay, prec = inp.arch, inp.layout, inp.precisions
+    micro_batch = inp.batch_per_replica / lay.pp
+    per_rank = micro_batch / lay.dp_attn
+    mean_context = inp.input_tokens + inp.output_tokens / 2
+    windows = layer_windows(arch)
+    attention = st.per_stage(attention_flops_per_context_token(arch, absorbed=True) * np.minimum(mean_context, windows))
+    flops = (matmul_flops(st.dense_params + st.head_params, per_rank) + attention * per_rank) / lay.tp
+    flops = flops + matmul_flops(st.routed_active_params, micro_batch) / lay.stage_size
+    touch = expert_touch_fraction(micro_batch, arch.moe.experts_per_token, arch.moe.n_routed_experts) if arch.is_moe else 0.0
+    weights = weight_bytes_per_accelerator(st.dense_params + st.head_params, st.routed_total_params * touch, lay.tp,
+                                           lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
+    kv = kv_bytes_per_accelerator(per_rank, st.per_stage(kv_bytes_per_sequence(arch, mean_context, prec.kv_bytes)),
+                                  kv_shard_fraction(arch, lay.tp))
+    comm = _comm_s(inp, st, eff, per_rank, micro_batch)
+    steps = [StepTime(float(c), float(w), float(k), float(m), inp.overlap) for c, w, k, m in
+             zip(compute_time_s(flops, flops_per_s), memory_time_s(weights, bw), memory_time_s(kv, bw), comm)]
+    return steps, touch
+
+
+def _prefill_stages(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, flops_per_s: float, bw: float) -> tuple[list[StepTime], int, int]:
+    """Roofline terms of one prefill chunk per attention rank on every stage; chunk size, chunks."""
+    arch, lay, prec = inp.arch, inp.layout, inp.precisions
+    prompt = inp.input_tokens
+    chunk = min(inp.prefill_chunk_tokens, prompt)
+    n_chunks = math.ceil(prompt / chunk)
+    per_stage_tokens = chunk * lay.dp_attn
+    windows = layer_windows(arch)
+    pairs = st.per_stage(attention_flops_per_context_token(arch, absorbed=False) * causal_attention_pairs(prompt, windows)) / n_chunks
+    flops = (matmul_flops(st.dense_params, chunk) + matmul_flops(st.head_params, 1) + pairs) / lay.tp
+    flops = flops + matmul_flops(st.routed_active_params, per_stage_tokens) / lay.stage_size
+    touch = expert_touch_fraction(per_stage_tokens, arch.moe.experts_per_token, arch.moe.n_routed_experts) if arch.is_moe else 0.0
+    weights = weight_bytes_per_accelerator(st.dense_params + st.head_params, st.routed_total_params * touch, lay.tp,
+                                           lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
+    mean_prior_context = (prompt - chunk) / 2  # a chunk reads the cache of the chunks before it
+    kv_tokens = chunk + np.minimum(mean_prior_context, windows)
+    kv = st.per_stage(kv_bytes_per_token_per_layer(arch, prec.kv_bytes) * kv_tokens) * kv_shard_fraction(arch, lay.tp)
+    comm = _comm_s(inp, st, eff, chunk, per_stage_tokens)
+    steps = [StepTime(float(c), float(w), float(k), float(m), inp.overlap) for c, w, k, m in
+             zip(compute_time_s(flops, flops_per_s), memory_time_s(weights, bw), memory_time_s(kv, bw), comm)]
+    return steps, chunk, n_chunks
+
+
+def _memory(inp: DeploymentInputs, st: _Stages, chunk: int) -> MemoryUse:
+    """HBM use of the fullest stage's accelerators."""
+    arch, lay, prec = inp.arch, inp.layout, inp.precisions
+    per_rank = inp.batch_per_replica / lay.dp_attn
+    weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params, lay.tp,
+                                           lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
+    max_context = inp.input_tokens + inp.output_tokens
+    kv = kv_bytes_per_accelerator(per_rank, st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes)),
+                                  kv_shard_fraction(arch, lay.tp))
+    micro_per_rank = per_rank / lay.pp
+    tokens = max(micro_per_rank, chunk)
+    mlp_width = arch.dense_intermediate_size
+    dispatch = 0.0
+    if arch.is_moe:
+        moe = arch.moe
+        mlp_width = max(mlp_width, moe.experts_per_token * moe.expert_intermediate_size
+                        + moe.n_shared_experts * moe.shared_expert_intermediate_size)
+        if lay.ep > 1:  # tokens an expert rank receives for the largest forward pass
+            dispatch = tokens * lay.dp_attn * moe.experts_per_token / lay.ep
+    last = np.arange(lay.pp) == lay.pp - 1
+    activations = np.array([
+        activation_bytes_per_accelerator(tokens, arch.hidden_size, mlp_width / lay.tp, prec.activation_bytes,
+                                         micro_per_rank if is_last else 0.0, arch.vocab_size / lay.tp, dispatch)
+        for is_last in last
+    ])
+    group = max(lay.tp, lay.stage_size if lay.ep > 1 else 1)
+    activations = activations + inp.overheads.runtime_reserved_bytes + inp.overheads.communication_buffer_bytes(group)
+    total = weights + kv + activations
+    s = int(np.argmax(total))
+    return MemoryUse(float(weights[s]), float(kv[s]), float(activations[s]), inp.rack.accelerator.hbm_capacity_bytes)
+
+
+def _assumptions(inp: DeploymentInputs, chunk: int, touch: float, flops_per_s: float, bw: float, links: ReplicaLinks) -> tuple[str, ...]:
+    accel, prec = inp.rack.accelerator, inp.precisions
+    fmt = prec.compute
+    notes = [
+        f"compute at {fmt} tensor-core rate x achievable fraction {accel.compute_fraction_by_format[fmt]:.3f} = "
+        f"{flops_per_s / 1e12:.0f} TFLOP/s per accelerator",
+        f"HBM at {accel.hbm_bandwidth_fraction:.2f} of peak = {bw / 1e12:.2f} TB/s; scale-up links at "
+        f"{accel.scale_up_bandwidth_fraction:.2f}, scale-out at {accel.scale_out_bandwidth_fraction:.2f} of peak",
+        f"decode KV reads use the mean context {inp.input_tokens + inp.output_tokens / 2:g} tokens (input + output/2); "
+        f"HBM reserves the full {inp.input_tokens + inp.output_tokens} tokens per sequence",
+        f"communication is {'overlapped with' if inp.overlap is OverlapPolicy.OVERLAPPED else 'added to'} the compute/memory roofline",
+        f"TTFT = {WORST_CASE_QUEUE_DEPARTURES} decode departures of queueing (worst case, claim 3) + prefill in chunks of "
+        f"{chunk} tokens per attention rank, pipelined over {inp.layout.pp} stage(s)",
+        f"price ${accel.price_usd_per_hour:.2f}/h per {accel.id} (estimate: {accel.price_basis})",
+        "the scale-out network is a non-blocking fabric; collectives pay "
+        f"{links.latency_s * 1e6:.0f} us fixed latency each",
+    ]
+    notes.extend(inp.notes)
+    if inp.arch.is_moe:
+        notes.append(f"routing is uniform: a decode step touches {touch:.1%} of each MoE layer's experts (1-(1-k/E)^b)")
+    return tuple(notes)
+
+
+def estimate(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Estimate:
+    """Evaluate `inp`. Links default to a replica filling instances of `inp.rack` in order."""
+    accel, lay = inp.rack.accelerator, inp.layout
+    links = links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s)
+    eff = effective_links(links, accel)
+    fmt = inp.precisions.compute
+    flops_per_s = accel.dense_flops_per_s[fmt] * accel.compute_fraction_by_format[fmt]
+    bw = accel.hbm_bandwidth_bytes_per_s * accel.hbm_bandwidth_fraction
+    st = _stages(inp.arch, lay.pp)
+
+    decode, touch = _decode_stages(inp, st, eff, flops_per_s, bw)
+    slowest = max(decode, key=lambda s: s.total_s)
+    stage_time = slowest.total_s
+    prefill, chunk, n_chunks = _prefill_stages(inp, st, eff, flops_per_s, bw)
+    slowest_chunk = max(prefill, key=lambda s: s.total_s)
+    prefill_latency = (n_chunks + lay.pp - 1) * slowest_chunk.total_s
+    queue = WORST_CASE_QUEUE_DEPARTURES * stage_time
+    return Estimate(
+        inputs=inp,
+        links=links,
+        decode_step=slowest.scaled(lay.pp),
+        prefill_chunk_step=slowest_chunk,
+        tpot_s=lay.pp * stage_time,
+        stage_time_s=stage_time,
+        prefill_latency_s=prefill_latency,
+        queue_wait_s=queue,
+        ttft_s=queue + prefill_latency,
+        decode_tokens_per_s=inp.batch_per_replica / (lay.pp * stage_time),
+        prefill_tokens_per_s=chunk * lay.dp_attn / slowest_chunk.total_s,
+        memory=_memory(inp, st, chunk),
+        expert_touch_fraction=touch,
+        flops_per_s_effective=flops_per_s,
+        hbm_bandwidth_bytes_per_s_effective=bw,
+        assumptions=_assumptions(inp, chunk, touch, flops_per_s, bw, links),
+    )

@@ -1,0 +1,160 @@
+"""Roofline terms of physics.md as small pure functions (numbers or numpy arrays in, seconds out).
+
+The combination rule lives in one place, `StepTime.total_s`. Closed forms of the lecture's claims
+(critical batch, HBM drain time, KV/compute crossover) are here too, next to the terms they
+summarise, so that tests can check the composed roofline against them.
+"""
+
+from enum import StrEnum
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "OverlapPolicy",
+    "StepTime",
+    "FLOPS_PER_PARAM_PER_TOKEN",
+    "matmul_flops",
+    "compute_time_s",
+    "memory_time_s",
+    "expert_touch_fraction",
+    "all_reduce_time_s",
+    "all_to_all_time_s",
+    "point_to_point_time_s",
+    "causal_attention_pairs",
+    "critical_batch_size",
+    "hbm_drain_time_s",
+    "kv_compute_crossover_context_tokens",
+]
+
+FLOPS_PER_PARAM_PER_TOKEN = 2  # one multiply and one add per weight per token (forward pass)
+RING_ALL_REDUCE_PASSES = 2  # reduce-scatter then all-gather, each moving (n-1)/n of the message
+
+
+class OverlapPolicy(StrEnum):
+    """How communication combines with the compute/memory roofline (a stated plan assumption)."""
+
+    SERIAL = "serial"  # max(compute, weights + kv) + comm  (physics.md default)
+    OVERLAPPED = "overlapped"  # max(compute, weights + kv, comm): comm fully hidden behind the rest
+
+
+class StepTime(NamedTuple):
+    """Time of one step split into the roofline terms, seconds."""
+
+    compute_s: float
+    weights_s: float
+    kv_s: float
+    comm_s: float
+    overlap: OverlapPolicy = OverlapPolicy.SERIAL
+
+    @property
+    def memory_s(self) -> float:
+        return self.weights_s + self.kv_s
+
+    @property
+    def total_s(self) -> float:
+        """physics.md: t_step = max(t_compute, t_weights + t_kv) + t_comm (or overlapped)."""
+        if self.overlap is OverlapPolicy.OVERLAPPED:
+            return max(self.compute_s, self.memory_s, self.comm_s)
+        return max(self.compute_s, self.memory_s) + self.comm_s
+
+    @property
+    def dominant_term(self) -> str:
+        """The single largest term: compute, weights, kv or comm."""
+        terms = {"compute": self.compute_s, "weights": self.weights_s, "kv": self.kv_s, "comm": self.comm_s}
+        return max(terms, key=terms.__getitem__)
+
+    @property
+    def bound(self) -> str:
+        """Which side of the roofline the step is on: compute-bound or memory-bound."""
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+    def scaled(self, factor: float) -> "StepTime":
+        return StepTime(self.compute_s * factor, self.weights_s * factor, self.kv_s * factor, self.comm_s * factor, self.overlap)
+
+
+def matmul_flops(params: float | np.ndarray, tokens: float) -> float | np.ndarray:
+    """2 * N * T: the forward-pass FLOPs of `tokens` tokens through `params` weights."""
+    return FLOPS_PER_PARAM_PER_TOKEN * params * tokens
+
+
+def compute_time_s(flops: float | np.ndarray, flops_per_s: float) -> float | np.ndarray:
+    """t_compute = FLOPs / achievable FLOP/s."""
+    return flops / flops_per_s
+
+
+def memory_time_s(n_bytes: float | np.ndarray, bandwidth_bytes_per_s: float) -> float | np.ndarray:
+    """t = bytes / achievable bandwidth (weight fetch, KV fetch, any HBM stream)."""
+    return n_bytes / bandwidth_bytes_per_s
+
+
+def expert_touch_fraction(tokens: float, experts_per_token: int, n_experts: int) -> float:
+    """Expected fraction of a layer's E experts hit by `tokens` tokens choosing k each:
+    1 - (1 - k/E)^tokens (physics.md; routing assumed uniform and independent)."""
+    if n_experts <= 0:
+        return 0.0
+    return 1.0 - (1.0 - experts_per_token / n_experts) ** tokens
+
+
+def all_reduce_time_s(message_bytes: float | np.ndarray, n_members: int, bandwidth_bytes_per_s: float, latency_s: float) -> float | np.ndarray:
+    """Ring all-reduce of a `message_bytes` tensor over `n_members`:
+    2 * (n-1)/n * message / per-member bandwidth, plus one fixed latency."""
+    if n_members <= 1:
+        return 0.0 * message_bytes
+    volume = RING_ALL_REDUCE_PASSES * (n_members - 1) / n_members * message_bytes
+    return volume / bandwidth_bytes_per_s + latency_s
+
+
+def all_to_all_time_s(
+    bytes_per_member: float | np.ndarray,
+    n_members: int,
+    injection_bytes_per_s: float,
+    bisection_bytes_per_s: float,
+    latency_s: float,
+) -> float | np.ndarray:
+    """All-to-all where each member sends `bytes_per_member` spread evenly over the others.
+
+    Bound by the slower of each member's injection bandwidth and the bisection: the |A||B| pairs
+    across a halving each carry bytes_per_member / (n-1), over `bisection_bytes_per_s`.
+    """
+    if n_members <= 1:
+        return 0.0 * bytes_per_member
+    injection_s = bytes_per_member / injection_bytes_per_s
+    half = n_members // 2
+    crossing_bytes = half * (n_members - half) * bytes_per_member / (n_members - 1)
+    bisection_s = crossing_bytes / bisection_bytes_per_s
+    return np.maximum(injection_s, bisection_s) + latency_s
+
+
+def point_to_point_time_s(message_bytes: float | np.ndarray, bandwidth_bytes_per_s: float, latency_s: float) -> float | np.ndarray:
+    """One send of `message_bytes` over a path of `bandwidth_bytes_per_s` (pipeline stage hand-off)."""
+    return message_bytes / bandwidth_bytes_per_s + latency_s
+
+
+def causal_attention_pairs(prompt_tokens: float, window_tokens: float | np.ndarray) -> float | np.ndarray:
+    """Query-key pairs of causal attention over a prompt of T tokens with a window W:
+    sum_{i=1..T} min(i, W) = T(T+1)/2 if W >= T, else W(W+1)/2 + (T - W) W."""
+    t = float(prompt_tokens)
+    w = np.minimum(window_tokens, t)
+    return w * (w + 1) / 2 + (t - w) * w
+
+
+def critical_batch_size(
+    flops_per_s: float, hbm_bandwidth_bytes_per_s: float, weight_bytes_per_param: float, total_params: float, active_params: float
+) -> float:
+    """Claim 2: the batch where compute time equals weight-fetch time,
+    B* = (F / BW_hbm) * (b_w / 2) * (N_total / N_active)."""
+    return (flops_per_s / hbm_bandwidth_bytes_per_s) * (weight_bytes_per_param / FLOPS_PER_PARAM_PER_TOKEN) * (total_params / active_params)
+
+
+def hbm_drain_time_s(hbm_capacity_bytes: float, hbm_bandwidth_bytes_per_s: float) -> float:
+    """Claim 3: the time to read all of HBM once, C_hbm / BW_hbm."""
+    return hbm_capacity_bytes / hbm_bandwidth_bytes_per_s
+
+
+def kv_compute_crossover_context_tokens(
+    active_params: float, hbm_bandwidth_bytes_per_s: float, flops_per_s: float, kv_bytes_per_token: float
+) -> float:
+    """Claim 7: context length where KV-fetch time overtakes compute time, independent of batch:
+    S* = 2 * N_active * BW_hbm / (F * kv)."""
+    return FLOPS_PER_PARAM_PER_TOKEN * active_params * hbm_bandwidth_bytes_per_s / (flops_per_s * kv_bytes_per_token)
