@@ -142,7 +142,7 @@ class _Stages:
     n_moe_layers: np.ndarray
     dense_params: np.ndarray  # attention, dense MLPs, shared experts, routers, norms
     head_params: np.ndarray  # the LM head matmul (last stage)
-    vocab_params_stored: np.ndarray  # embedding table (first stage) and untied LM head (last stage)
+    vocab_params_stored: np.ndarray  # embedding table (first stage); final norm and untied LM head (last stage)
     routed_total_params: np.ndarray
     routed_active_params: np.ndarray
     layer_to_stage: np.ndarray
@@ -163,7 +163,8 @@ def _stages(arch: ModelArch, pp: int) -> _Stages:
         n_moe_layers=per(np.array(arch.layer_is_moe, dtype=float)),
         dense_params=per(params.dense),
         head_params=np.where(last, counts.lm_head, 0.0),
-        vocab_params_stored=np.where(first, counts.embedding, 0.0) + np.where(last & separate_head, counts.lm_head, 0.0),
+        vocab_params_stored=np.where(first, counts.embedding, 0.0)
+        + np.where(last, counts.final_norm + (counts.lm_head if separate_head else 0.0), 0.0),
         routed_total_params=per(params.routed_total),
         routed_active_params=per(params.routed_active),
         layer_to_stage=layer_to_stage,

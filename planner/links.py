@@ -72,7 +72,7 @@ def replica_links(graph: nx.Graph, members: list[str], layout: Layout, latency_s
     stage = _worst([group_links(graph, g, domain_of) for g in _representatives(stages, domain_of)])
     pp_bandwidth, pp_spans = math.inf, False
     for a, b in zip(stages, stages[1:]):
-        pp_bandwidth = min(pp_bandwidth, group_to_group_bandwidth_bytes_per_s(graph, a, b))
+        pp_bandwidth = min(pp_bandwidth, group_to_group_bandwidth_bytes_per_s(graph, a, b, domain_of))
         pp_spans = pp_spans or len({domain_of[m] for m in a + b}) > 1
     n_domains = len({domain_of[m] for m in members})
     return ReplicaLinks(tp, stage, pp_bandwidth, pp_spans, latency_s, n_domains)

@@ -199,7 +199,14 @@ def group_links(graph: nx.Graph, members: Sequence[str], domain_of: dict[str, in
     return GroupLinks(n, spans, kind, injection, bisection, latency)
 
 
-def group_to_group_bandwidth_bytes_per_s(graph: nx.Graph, sources: Sequence[str], sinks: Sequence[str]) -> float:
-    """Bottleneck bandwidth (max-flow, one direction) from one group of accelerators to another."""
-    sub = _group_subgraph(graph, list(sources) + list(sinks), include_fabric=True)
-    return _max_flow(sub, sources, sinks, {SCALE_UP, SCALE_OUT})
+def group_to_group_bandwidth_bytes_per_s(
+    graph: nx.Graph, sources: Sequence[str], sinks: Sequence[str], domain_of: dict[str, int] | None = None
+) -> float:
+    """Bottleneck bandwidth (max-flow, one direction) from one group of accelerators to another.
+    Inside one scale-up domain only scale-up links count (collective libraries keep such traffic off
+    the NICs); across domains both kinds do."""
+    domain_of = domain_of if domain_of is not None else domain_map(graph)
+    members = list(sources) + list(sinks)
+    spans = len({domain_of[m] for m in members}) > 1
+    sub = _group_subgraph(graph, members, include_fabric=spans)
+    return _max_flow(sub, sources, sinks, {SCALE_UP, SCALE_OUT} if spans else {SCALE_UP})

@@ -1,0 +1,36 @@
+"""Shared fixtures: the built-in catalogs and a helper to build one deployment's inputs."""
+
+import pytest
+
+from planner.deployment import Layout, Precisions
+from planner.estimate import DeploymentInputs, estimate
+from planner.hardware import load_hardware_catalog
+from planner.model_catalog import load_model_catalog
+from planner.precision import FlopsFormat, Precision
+
+
+@pytest.fixture(scope="session")
+def hw():
+    return load_hardware_catalog()
+
+
+@pytest.fixture(scope="session")
+def models():
+    return load_model_catalog()
+
+
+@pytest.fixture(scope="session")
+def run_estimate(hw, models):
+    """run_estimate(model, rack, batch, isl, osl, tp=1, ep=1, pp=1, dp_attn=None, weights=..., ...)"""
+
+    def run(model, rack, batch, isl, osl, *, tp=1, ep=1, pp=1, dp_attn=None, weights="bf16", kv="bf16",
+            compute=None, activations="bf16", arch=None, rack_type=None, **kwargs):
+        layout = Layout(tp, ep, pp, dp_attn) if dp_attn else Layout.with_default_dp_attn(tp, ep, pp)
+        weights = Precision(weights)
+        fmt = FlopsFormat(compute) if compute else (FlopsFormat.FP8 if weights in (Precision.FP8,) else FlopsFormat.BF16)
+        precisions = Precisions(weights, Precision(kv), Precision(activations), fmt)
+        inputs = DeploymentInputs(arch or models[model], rack_type or hw.racks[rack], layout, batch, isl, osl, precisions,
+                                  hw.overheads, **kwargs)
+        return estimate(inputs)
+
+    return run

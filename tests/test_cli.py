@@ -1,0 +1,77 @@
+"""The command line, run in-process."""
+
+import json
+
+import pytest
+
+from planner.cli import main
+
+ESTIMATE_FIELDS = ["tpot_s", "ttft_s", "output_tokens_per_s_per_accelerator", "usd_per_million_output_tokens", "step_time_s",
+                   "memory_bytes_per_accelerator"]
+
+
+def test_estimate_llama_70b_on_one_hgx_h100(tmp_path, capsys):
+    out = tmp_path / "llama.json"
+    code = main(["estimate", "--model", "llama-3.1-70b", "--rack", "hgx-h100", "--tp", "8", "--batch", "64",
+                 "--isl", "2048", "--osl", "128", "--weights-precision", "bf16", "--kv-precision", "bf16", "--json", str(out)])
+    assert code == 0
+    record = json.loads(out.read_text())
+    for name in ESTIMATE_FIELDS:
+        assert name in record
+    assert set(record["step_time_s"]) >= {"compute", "weights", "kv", "comm"}
+    assert set(record["memory_bytes_per_accelerator"]) >= {"weights", "kv", "activations", "capacity"}
+    assert record["memory_bytes_per_accelerator"]["capacity"] == 80e9
+    assert record["accelerators"] == 8 and record["fits_hbm"]
+    # 70.55e9 bf16 parameters over 8 GPUs: 17.64 GB each
+    assert record["memory_bytes_per_accelerator"]["weights"] == pytest.approx(70.55e9 * 2 / 8, rel=1e-3)
+    steps = record["step_time_s"]
+    assert record["tpot_s"] == pytest.approx(max(steps["compute"], steps["weights"] + steps["kv"]) + steps["comm"])
+    printed = capsys.readouterr().out
+    assert "dominant" in printed and "Assumptions" in printed
+
+
+def test_estimate_deepseek_v3_fp8_on_gb200_nvl72(tmp_path):
+    out = tmp_path / "ds.json"
+    code = main(["estimate", "--model", "deepseek-v3", "--rack", "gb200-nvl72", "--ep", "64", "--batch", "4096",
+                 "--isl", "3072", "--osl", "1024", "--weights-precision", "fp8", "--kv-precision", "fp8", "--json", str(out)])
+    assert code == 0
+    record = json.loads(out.read_text())
+    assert record["layout"] == {"tp": 1, "ep": 64, "pp": 1, "dp_attn": 64, "expert_tp": 1}
+    assert record["precisions"]["compute"] == "fp8"
+    assert record["links"]["stage_link_kind"] == "scale_up"
+    # 64 sequences per GPU x 4096 tokens x 35,136 B (fp8 MLA latent): 9.21 GB of KV per GPU
+    assert record["memory_bytes_per_accelerator"]["kv"] == pytest.approx(64 * 4096 * 35136, rel=1e-9)
+    for name in ESTIMATE_FIELDS:
+        assert name in record
+
+
+def test_estimate_from_a_bundled_problem(tmp_path):
+    out = tmp_path / "p.json"
+    assert main(["estimate", "llama-3.1-70b-hgx-h100", "--tp", "8", "--batch", "32", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["input_tokens"] == 2048
+
+
+def test_estimate_that_does_not_fit_exits_3(capsys):
+    assert main(["estimate", "--model", "deepseek-v3", "--rack", "hgx-h100", "--tp", "8", "--ep", "8", "--batch", "64"]) == 3
+    assert "DOES NOT FIT" in capsys.readouterr().out
+
+
+def test_bad_flags_exit_2_with_the_flag_named(capsys):
+    assert main(["estimate", "--model", "llama-3.1-70b", "--rack", "hgx-h100", "--tp", "3", "--batch", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "--tp" in err and "not divisible by tp=3" in err and "Traceback" not in err
+    assert main(["estimate", "--model", "deepseek-v4", "--rack", "hgx-h100", "--batch", "8"]) == 2
+    assert "did you mean" in capsys.readouterr().err
+    assert main(["estimate", "--model", "llama-3.1-8b", "--rack", "hgx-h100", "--ep", "64", "--batch", "64"]) == 2
+    assert "dense" in capsys.readouterr().err
+
+
+def test_schema_and_catalog(capsys, tmp_path):
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "workloads" in schema["properties"]
+    out = tmp_path / "catalog.json"
+    assert main(["catalog", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert {r["id"] for r in record["racks"]} >= {"hgx-h100", "gb200-nvl72", "gb300-nvl72"}
+    assert "deepseek-v3" in capsys.readouterr().out

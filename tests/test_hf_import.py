@@ -1,0 +1,113 @@
+"""Hugging Face config.json importer. The fixtures are written here from the published configs'
+relevant fields (the project does not ship the original files)."""
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from planner.errors import PlannerInputError
+from planner.hf_config import load_hf_config, spec_from_hf_config
+from planner.model_catalog import arch_from_spec
+
+DEEPSEEK_V3 = {
+    "model_type": "deepseek_v3", "num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 129280,
+    "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3, "moe_layer_freq": 1, "max_position_embeddings": 163840, "tie_word_embeddings": False,
+    "quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}, "torch_dtype": "bfloat16",
+}
+QWEN3_30B_A3B = {
+    "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048, "vocab_size": 151936, "head_dim": 128,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "intermediate_size": 6144, "moe_intermediate_size": 768,
+    "num_experts": 128, "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "max_position_embeddings": 40960, "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": None,
+}
+LLAMA_31_8B = {
+    "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 128256,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "attention_bias": False,
+    "max_position_embeddings": 131072, "tie_word_embeddings": False,
+}
+LLAMA_4_MAVERICK = {
+    "model_type": "llama4", "architectures": ["Llama4ForConditionalGeneration"],
+    "text_config": {
+        "model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120, "vocab_size": 202048, "head_dim": 128,
+        "num_attention_heads": 40, "num_key_value_heads": 8, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "attention_chunk_size": 8192,
+        "max_position_embeddings": 1048576,
+    },
+}
+GPT_OSS_20B = {
+    "model_type": "gpt_oss", "num_hidden_layers": 24, "hidden_size": 2880, "vocab_size": 201088, "head_dim": 64,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 2880, "num_local_experts": 32,
+    "num_experts_per_tok": 4, "attention_bias": True, "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 12, "max_position_embeddings": 131072,
+    "quantization_config": {"quant_method": "mxfp4"},
+}
+MISTRAL_7B = {  # sliding window on every layer, no layer_types
+    "model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 32000,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "sliding_window": 4096,
+    "max_position_embeddings": 32768,
+}
+
+ARCH_FIELDS_SKIPPED = {"id", "name", "published", "max_context_tokens"}
+
+
+@pytest.mark.parametrize("config, catalog_id", [
+    (DEEPSEEK_V3, "deepseek-v3"),
+    (QWEN3_30B_A3B, "qwen3-30b-a3b"),
+    (LLAMA_31_8B, "llama-3.1-8b"),
+    (LLAMA_4_MAVERICK, "llama-4-maverick"),
+    (GPT_OSS_20B, "gpt-oss-20b"),
+])
+def test_import_reproduces_the_catalog_entry(models, config, catalog_id):
+    imported = asdict(arch_from_spec(spec_from_hf_config(config, catalog_id)))
+    catalog = asdict(models[catalog_id])
+    differences = {k: (imported[k], catalog[k]) for k in imported if k not in ARCH_FIELDS_SKIPPED and imported[k] != catalog[k]}
+    assert differences == {}
+
+
+def test_import_mla_with_shared_experts_and_leading_dense_layers():
+    arch = arch_from_spec(spec_from_hf_config(DEEPSEEK_V3, "ds"))
+    assert arch.attention.kind == "mla" and arch.attention.kv_lora_rank == 512
+    assert arch.moe.n_shared_experts == 1 and arch.n_moe_layers == 58
+    assert arch.native_weights_precision == "fp8"
+
+
+def test_import_sliding_window_and_mxfp4_experts():
+    arch = arch_from_spec(spec_from_hf_config(GPT_OSS_20B, "oss"))
+    assert arch.layer_window_tokens.count(None) == 12 and arch.layer_window_tokens.count(128) == 12
+    assert arch.native_expert_weights_precision == "mxfp4"
+    assert arch.attention.sinks and arch.attention.qkv_bias and arch.moe.expert_bias
+
+
+def test_import_mistral_sliding_window_on_every_layer():
+    arch = arch_from_spec(spec_from_hf_config(MISTRAL_7B, "mistral-7b"))
+    assert set(arch.layer_window_tokens) == {4096}
+    assert not arch.is_moe and arch.dense_intermediate_size == 14336
+
+
+def test_load_hf_config_from_file(tmp_path):
+    path = tmp_path / "my-model" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(LLAMA_31_8B))
+    spec = load_hf_config(path)
+    assert spec.id == "my-model" and spec.n_layers == 32
+
+
+def test_import_errors_name_the_field(tmp_path):
+    broken = dict(LLAMA_31_8B)
+    del broken["hidden_size"]
+    with pytest.raises(PlannerInputError) as info:
+        spec_from_hf_config(broken, "x")
+    assert "hidden_size" in str(info.value)
+    bad_json = tmp_path / "config.json"
+    bad_json.write_text("{ not json")
+    with pytest.raises(PlannerInputError) as info:
+        load_hf_config(bad_json)
+    assert "line 1" in str(info.value)
+    irregular = dict(QWEN3_30B_A3B, mlp_only_layers=[0, 5])
+    with pytest.raises(PlannerInputError) as info:
+        spec_from_hf_config(irregular, "q")
+    assert "mlp_only_layers" in str(info.value)

@@ -1,0 +1,129 @@
+"""Golden roofline numbers worked out by hand from cited hardware and model figures.
+
+The configuration is chosen so that every term can be written out here: Llama 3.1 8B on a single
+H100 (tp = pp = ep = 1, so there is no communication).
+
+Sources: H100 SXM 989.5 TFLOP/s dense BF16 and 3.35 TB/s HBM3 (NVIDIA datasheet via Glenn
+Lockwood / hpctech); achievable fractions 0.803 of BF16 peak (ml-engineering MAMF table) and 0.8
+of HBM bandwidth (NVIDIA AIConfigurator); Llama 3.1 8B config.json (32 layers, hidden 4096, 32 query
+/ 8 KV heads of 128, MLP 14336, vocab 128256).
+"""
+
+import pytest
+
+from planner.roofline import (
+    OverlapPolicy,
+    StepTime,
+    all_reduce_time_s,
+    all_to_all_time_s,
+    causal_attention_pairs,
+    expert_touch_fraction,
+    point_to_point_time_s,
+)
+
+# --- hand-worked model numbers (Llama 3.1 8B) ---------------------------------------------
+L, D, H, HKV, HD, FFN, VOCAB = 32, 4096, 32, 8, 128, 14336, 128256
+ATTENTION = D * H * HD + 2 * D * HKV * HD + H * HD * D  # q, k, v, o = 41,943,040
+MLP = 3 * D * FFN  # gate, up, down = 176,160,768
+NORMS = 2 * D
+PER_LAYER = ATTENTION + MLP + NORMS  # 218,112,000
+VOCAB_MATRIX = VOCAB * D  # 525,336,576
+ACTIVE = L * PER_LAYER + VOCAB_MATRIX  # layers + LM head = 7,504,920,576
+TOTAL = L * PER_LAYER + 2 * VOCAB_MATRIX + D  # + embedding + final norm = 8,030,261,248
+KV_PER_TOKEN_BF16 = 2 * HKV * HD * 2 * L  # K and V, 8 heads x 128, 2 bytes, 32 layers = 131,072
+ATTN_FLOPS_PER_CONTEXT_TOKEN = 4 * H * HD * L  # QK^T and AV, 2 FLOPs per MAC each
+
+# --- hand-worked hardware numbers (H100 SXM) ----------------------------------------------
+F_EFF = 989.5e12 * 0.803
+BW_EFF = 3.35e12 * 0.8
+
+
+def test_hand_counts_match_the_catalog(models):
+    from planner.architecture import kv_bytes_per_token, param_counts
+
+    counts = param_counts(models["llama-3.1-8b"])
+    assert counts.total == TOTAL == 8_030_261_248
+    assert counts.active_matmul == ACTIVE
+    assert kv_bytes_per_token(models["llama-3.1-8b"], 2.0) == KV_PER_TOKEN_BF16 == 131_072
+
+
+def test_decode_step_of_llama_8b_on_one_h100(run_estimate):
+    batch, isl, osl = 32, 1024, 256
+    mean_context = isl + osl / 2  # 1152
+    compute_s = (2 * ACTIVE * batch + ATTN_FLOPS_PER_CONTEXT_TOKEN * mean_context * batch) / F_EFF
+    weights_s = 2 * ACTIVE / BW_EFF  # every weight but the input-embedding table is read once
+    kv_s = batch * mean_context * KV_PER_TOKEN_BF16 / BW_EFF
+    e = run_estimate("llama-3.1-8b", "hgx-h100", batch, isl, osl)
+    assert e.decode_step.compute_s == pytest.approx(compute_s, rel=1e-9)  # 0.629 ms
+    assert e.decode_step.weights_s == pytest.approx(weights_s, rel=1e-9)  # 5.60 ms
+    assert e.decode_step.kv_s == pytest.approx(kv_s, rel=1e-9)  # 1.80 ms
+    assert e.decode_step.comm_s == 0.0
+    assert e.tpot_s == pytest.approx(max(compute_s, weights_s + kv_s), rel=1e-9)  # 7.40 ms
+    assert e.decode_step.dominant_term == "weights" and e.decode_step.bound == "memory"
+    assert e.decode_tokens_per_s == pytest.approx(batch / e.tpot_s)
+    # cost: $2.10/h per H100 (catalog estimate) for one accelerator
+    assert e.usd_per_million_output_tokens == pytest.approx(2.10 / 3600 * e.tpot_s / batch * 1e6, rel=1e-9)
+
+
+def test_prefill_and_ttft_of_llama_8b_on_one_h100(run_estimate):
+    batch, isl, osl = 32, 1024, 256
+    pairs = isl * (isl + 1) / 2  # causal attention over the whole 1024-token prompt (one chunk)
+    compute_s = (2 * L * PER_LAYER * isl + 2 * VOCAB_MATRIX * 1 + ATTN_FLOPS_PER_CONTEXT_TOKEN * pairs) / F_EFF
+    weights_s = 2 * ACTIVE / BW_EFF
+    kv_s = isl * KV_PER_TOKEN_BF16 / BW_EFF  # the chunk writes its own cache
+    prefill_s = max(compute_s, weights_s + kv_s)  # 18.3 ms, compute-bound
+    decode_step = max((2 * ACTIVE * batch + ATTN_FLOPS_PER_CONTEXT_TOKEN * 1152 * batch) / F_EFF,
+                      (2 * ACTIVE + batch * 1152 * KV_PER_TOKEN_BF16) / BW_EFF)
+    e = run_estimate("llama-3.1-8b", "hgx-h100", batch, isl, osl)
+    assert e.prefill_chunk_step.bound == "compute"
+    assert e.prefill_latency_s == pytest.approx(prefill_s, rel=1e-9)
+    assert e.queue_wait_s == pytest.approx(2 * decode_step, rel=1e-9)  # claim 3: two departures
+    assert e.ttft_s == pytest.approx(prefill_s + 2 * decode_step, rel=1e-9)
+    assert e.prefill_tokens_per_s == pytest.approx(isl / prefill_s, rel=1e-9)
+
+
+def test_memory_of_llama_8b_on_one_h100(run_estimate):
+    batch, isl, osl = 32, 1024, 256
+    weights = 2 * TOTAL
+    kv = batch * (isl + osl) * KV_PER_TOKEN_BF16  # every sequence reserves its full length
+    layer_activations = 1024 * 2 * (2 * D + 2 * FFN)  # prefill chunk of 1024 tokens, bf16
+    logits = batch * VOCAB * 4  # fp32 logits of the decode batch
+    reserve = 3_758_096_384  # AIConfigurator other_mem (3.5 GiB); no NCCL buffers for one GPU
+    e = run_estimate("llama-3.1-8b", "hgx-h100", batch, isl, osl)
+    assert e.memory.weights_bytes == pytest.approx(weights, rel=1e-12)
+    assert e.memory.kv_bytes == pytest.approx(kv, rel=1e-12)
+    assert e.memory.activations_bytes == pytest.approx(layer_activations + logits + reserve, rel=1e-12)
+    assert e.memory.capacity_bytes == 80e9 and e.memory.fits
+
+
+def test_step_time_combination_rule():
+    step = StepTime(compute_s=3.0, weights_s=1.0, kv_s=1.5, comm_s=0.5)
+    assert step.total_s == 3.5  # max(3, 1 + 1.5) + 0.5
+    assert step.dominant_term == "compute" and step.bound == "compute"
+    overlapped = step._replace(overlap=OverlapPolicy.OVERLAPPED)
+    assert overlapped.total_s == 3.0
+    assert step.scaled(2).total_s == 7.0
+
+
+def test_expert_touch_fraction():
+    assert expert_touch_fraction(1, 8, 256) == pytest.approx(8 / 256)
+    assert expert_touch_fraction(2, 8, 256) == pytest.approx(1 - (248 / 256) ** 2)
+    assert expert_touch_fraction(4096, 8, 256) == pytest.approx(1.0)
+    assert expert_touch_fraction(0, 8, 256) == 0.0
+
+
+def test_collective_times():
+    # ring all-reduce of 1 MB over 8 ranks at 100 GB/s: 2 * 7/8 * 1e6 / 1e11 = 17.5 us, + 10 us
+    assert all_reduce_time_s(1e6, 8, 100e9, 10e-6) == pytest.approx(27.5e-6)
+    assert all_reduce_time_s(1e6, 1, 100e9, 10e-6) == 0.0
+    # all-to-all, 7 MB per member over 8 members, switched: injection 7e6/1e11 = 70 us
+    assert all_to_all_time_s(7e6, 8, 100e9, 400e9, 0.0) == pytest.approx(70e-6)
+    # ring of 16 on a torus (bisection 2 links x 45 GB/s): 8*8 pairs carry 1e6/15 bytes each
+    assert all_to_all_time_s(1e6, 16, 90e9, 90e9, 0.0) == pytest.approx(64 * 1e6 / 15 / 90e9)
+    assert point_to_point_time_s(1e6, 50e9, 10e-6) == pytest.approx(30e-6)
+
+
+def test_causal_attention_pairs():
+    assert causal_attention_pairs(4, float("inf")) == 10  # 1 + 2 + 3 + 4
+    assert causal_attention_pairs(4, 2) == 7  # 1 + 2 + 2 + 2
+    assert causal_attention_pairs(1000, 128) == pytest.approx(128 * 129 / 2 + 872 * 128)
