@@ -19,7 +19,7 @@ from planner.architecture import (
     layer_windows,
     param_counts,
 )
-from planner.cost import usd_per_million_tokens, usd_per_s
+from planner.cost import replica_seconds_per_request, usd_per_million_tokens, usd_per_s
 from planner.deployment import Layout, Precisions
 from planner.hardware import Overheads, RackType
 from planner.links import EffectiveLinks, ReplicaLinks, default_replica_links, effective_links
@@ -33,6 +33,7 @@ from planner.memory import (
 from planner.roofline import (
     OverlapPolicy,
     StepTime,
+    step_total_s,
     all_reduce_time_s,
     all_to_all_time_s,
     causal_attention_pairs,
@@ -44,7 +45,7 @@ from planner.roofline import (
 )
 from planner.units import SECONDS_PER_HOUR
 
-__all__ = ["DeploymentInputs", "Estimate", "estimate", "stage_of_layer", "DEFAULT_PREFILL_CHUNK_TOKENS"]
+__all__ = ["DeploymentInputs", "Estimate", "BatchTable", "estimate", "evaluate_batches", "stage_of_layer", "DEFAULT_PREFILL_CHUNK_TOKENS"]
 
 WORST_CASE_QUEUE_DEPARTURES = 2  # claim 3: a request waits at most about two batch departures
 DEFAULT_PREFILL_CHUNK_TOKENS = 8192  # tokens per prefill forward pass (serving engines' chunked-prefill budget)
@@ -113,7 +114,8 @@ class Estimate:
     @property
     def replica_seconds_per_request(self) -> float:
         """Replica time one request takes when prefill and decode share the replica."""
-        return self.inputs.input_tokens / self.prefill_tokens_per_s + self.inputs.output_tokens / self.decode_tokens_per_s
+        return replica_seconds_per_request(self.inputs.input_tokens, self.inputs.output_tokens,
+                                           self.prefill_tokens_per_s, self.decode_tokens_per_s)
 
     @property
     def requests_per_s(self) -> float:
@@ -171,9 +173,9 @@ def _stages(arch: ModelArch, pp: int) -> _Stages:
     )
 
 
-def _comm_s(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, tokens_per_rank: float, tokens_per_stage: float) -> np.ndarray:
-    """Per-stage communication of one forward pass: TP all-reduces, expert all-to-alls, the
-    hand-off to the next stage."""
+def _comm_s(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, tokens_per_rank: np.ndarray, tokens_per_stage: np.ndarray) -> np.ndarray:
+    """Per-stage communication of one forward pass: TP all-reduces, expert all-to-alls, the hand-off
+    to the next stage. Token counts have shape (n, 1); the result (n, pp)."""
     lay, arch, act = inp.layout, inp.arch, inp.precisions.activation_bytes
     hidden_bytes = arch.hidden_size * act
     moe_all_to_all = lay.ep > 1
@@ -187,28 +189,33 @@ def _comm_s(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, tokens_per_
     if lay.pp > 1:
         send = point_to_point_time_s(tokens_per_stage * hidden_bytes, eff.pp_bytes_per_s, eff.latency_s)
         comm = comm + np.where(np.arange(lay.pp) == lay.pp - 1, 0.0, send)
-    return comm
+    return comm * np.ones((1, lay.pp))
 
 
-def _decode_stages(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, flops_per_s: float, bw: float) -> tuple[list[StepTime], float]:
-    """Roofline terms of one decode micro-batch step on every stage, and the expert-touch fraction."""
+def _touch(arch: ModelArch, tokens: np.ndarray) -> np.ndarray:
+    if not arch.is_moe:
+        return np.zeros_like(tokens)
+    return expert_touch_fraction(tokens, arch.moe.experts_per_token, arch.moe.n_routed_experts)
+
+
+def _decode_terms(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, flops_per_s: float, bw: float,
+                  batches: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Roofline terms of one decode micro-batch step, shape (n_batches, pp), and the touch fraction."""
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
-    micro_batch = inp.batch_per_replica / lay.pp
+    micro_batch = (batches / lay.pp)[:, None]
     per_rank = micro_batch / lay.dp_attn
     mean_context = inp.input_tokens + inp.output_tokens / 2
     windows = layer_windows(arch)
     attention = st.per_stage(attention_flops_per_context_token(arch, absorbed=True) * np.minimum(mean_context, windows))
     flops = (matmul_flops(st.dense_params + st.head_params, per_rank) + attention * per_rank) / lay.tp
     flops = flops + matmul_flops(st.routed_active_params, micro_batch) / lay.stage_size
-    touch = expert_touch_fraction(micro_batch, arch.moe.experts_per_token, arch.moe.n_routed_experts) if arch.is_moe else 0.0
+    touch = _touch(arch, micro_batch)
     weights = weight_bytes_per_accelerator(st.dense_params + st.head_params, st.routed_total_params * touch, lay.tp,
                                            lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
     kv = kv_bytes_per_accelerator(per_rank, st.per_stage(kv_bytes_per_sequence(arch, mean_context, prec.kv_bytes)),
                                   kv_shard_fraction(arch, lay.tp))
     comm = _comm_s(inp, st, eff, per_rank, micro_batch)
-    steps = [StepTime(float(c), float(w), float(k), float(m), inp.overlap) for c, w, k, m in
-             zip(compute_time_s(flops, flops_per_s), memory_time_s(weights, bw), memory_time_s(kv, bw), comm)]
-    return steps, touch
+    return compute_time_s(flops, flops_per_s), memory_time_s(weights, bw), memory_time_s(kv, bw), comm, touch[:, 0]
 
 
 def _prefill_stages(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, flops_per_s: float, bw: float) -> tuple[list[StepTime], int, int]:
@@ -217,53 +224,143 @@ def _prefill_stages(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, flo
     prompt = inp.input_tokens
     chunk = min(inp.prefill_chunk_tokens, prompt)
     n_chunks = math.ceil(prompt / chunk)
-    per_stage_tokens = chunk * lay.dp_attn
+    per_stage_tokens = np.array([[chunk * lay.dp_attn]], dtype=float)
     windows = layer_windows(arch)
     pairs = st.per_stage(attention_flops_per_context_token(arch, absorbed=False) * causal_attention_pairs(prompt, windows)) / n_chunks
     flops = (matmul_flops(st.dense_params, chunk) + matmul_flops(st.head_params, 1) + pairs) / lay.tp
-    flops = flops + matmul_flops(st.routed_active_params, per_stage_tokens) / lay.stage_size
-    touch = expert_touch_fraction(per_stage_tokens, arch.moe.experts_per_token, arch.moe.n_routed_experts) if arch.is_moe else 0.0
+    flops = flops + matmul_flops(st.routed_active_params, per_stage_tokens[0]) / lay.stage_size
+    touch = _touch(arch, per_stage_tokens[0])
     weights = weight_bytes_per_accelerator(st.dense_params + st.head_params, st.routed_total_params * touch, lay.tp,
                                            lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
     mean_prior_context = (prompt - chunk) / 2  # a chunk reads the cache of the chunks before it
     kv_tokens = chunk + np.minimum(mean_prior_context, windows)
     kv = st.per_stage(kv_bytes_per_token_per_layer(arch, prec.kv_bytes) * kv_tokens) * kv_shard_fraction(arch, lay.tp)
-    comm = _comm_s(inp, st, eff, chunk, per_stage_tokens)
+    comm = _comm_s(inp, st, eff, np.array([[float(chunk)]]), per_stage_tokens)[0]
     steps = [StepTime(float(c), float(w), float(k), float(m), inp.overlap) for c, w, k, m in
              zip(compute_time_s(flops, flops_per_s), memory_time_s(weights, bw), memory_time_s(kv, bw), comm)]
     return steps, chunk, n_chunks
 
 
-def _memory(inp: DeploymentInputs, st: _Stages, chunk: int) -> MemoryUse:
-    """HBM use of the fullest stage's accelerators."""
+def _memory(inp: DeploymentInputs, st: _Stages, chunk: int, batches: np.ndarray) -> tuple[np.ndarray, ...]:
+    """HBM use of the fullest stage's accelerators for each batch: weights, KV, activations (n,)."""
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
-    per_rank = inp.batch_per_replica / lay.dp_attn
+    per_rank = (batches / lay.dp_attn)[:, None]
     weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params, lay.tp,
-                                           lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
+                                           lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes) * np.ones_like(per_rank)
     max_context = inp.input_tokens + inp.output_tokens
     kv = kv_bytes_per_accelerator(per_rank, st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes)),
                                   kv_shard_fraction(arch, lay.tp))
     micro_per_rank = per_rank / lay.pp
-    tokens = max(micro_per_rank, chunk)
+    tokens = np.maximum(micro_per_rank, chunk)
     mlp_width = arch.dense_intermediate_size
-    dispatch = 0.0
+    dispatch = 0.0 * tokens
     if arch.is_moe:
         moe = arch.moe
         mlp_width = max(mlp_width, moe.experts_per_token * moe.expert_intermediate_size
                         + moe.n_shared_experts * moe.shared_expert_intermediate_size)
         if lay.ep > 1:  # tokens an expert rank receives for the largest forward pass
             dispatch = tokens * lay.dp_attn * moe.experts_per_token / lay.ep
-    last = np.arange(lay.pp) == lay.pp - 1
-    activations = np.array([
-        activation_bytes_per_accelerator(tokens, arch.hidden_size, mlp_width / lay.tp, prec.activation_bytes,
-                                         micro_per_rank if is_last else 0.0, arch.vocab_size / lay.tp, dispatch)
-        for is_last in last
-    ])
+    logits_tokens = np.where(np.arange(lay.pp) == lay.pp - 1, micro_per_rank, 0.0)
+    activations = activation_bytes_per_accelerator(tokens, arch.hidden_size, mlp_width / lay.tp, prec.activation_bytes,
+                                                   logits_tokens, arch.vocab_size / lay.tp, dispatch)
     group = max(lay.tp, lay.stage_size if lay.ep > 1 else 1)
     activations = activations + inp.overheads.runtime_reserved_bytes + inp.overheads.communication_buffer_bytes(group)
-    total = weights + kv + activations
-    s = int(np.argmax(total))
-    return MemoryUse(float(weights[s]), float(kv[s]), float(activations[s]), inp.rack.accelerator.hbm_capacity_bytes)
+    fullest = np.argmax(weights + kv + activations, axis=1)
+    rows = np.arange(len(batches))
+    return weights[rows, fullest], kv[rows, fullest], activations[rows, fullest]
+
+
+@dataclass(frozen=True)
+class BatchTable:
+    """One layout evaluated at several decode batch sizes; arrays of shape (n_batches,).
+
+    Step-time terms are those of the slowest pipeline stage, multiplied by the number of stages
+    (they sum to TPOT under the combination rule). Prefill does not depend on the decode batch."""
+
+    batches: np.ndarray
+    compute_s: np.ndarray
+    weights_s: np.ndarray
+    kv_s: np.ndarray
+    comm_s: np.ndarray
+    stage_time_s: np.ndarray
+    tpot_s: np.ndarray
+    ttft_s: np.ndarray
+    decode_tokens_per_s: np.ndarray
+    touch: np.ndarray
+    weights_bytes: np.ndarray
+    kv_bytes: np.ndarray
+    activations_bytes: np.ndarray
+    capacity_bytes: float
+    prefill_step: StepTime
+    prefill_latency_s: float
+    prefill_tokens_per_s: float
+    chunk_tokens: int
+    flops_per_s: float
+    hbm_bandwidth_bytes_per_s: float
+
+    @property
+    def used_bytes(self) -> np.ndarray:
+        return self.weights_bytes + self.kv_bytes + self.activations_bytes
+
+    @property
+    def fits(self) -> np.ndarray:
+        return self.used_bytes <= self.capacity_bytes
+
+    input_tokens: int
+    output_tokens: int
+
+    @property
+    def sustained_output_tokens_per_s(self) -> np.ndarray:
+        """Output tokens per second per replica when it also prefills every request's prompt."""
+        seconds = replica_seconds_per_request(self.input_tokens, self.output_tokens, self.prefill_tokens_per_s, self.decode_tokens_per_s)
+        return self.output_tokens / seconds
+
+
+def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None) -> BatchTable:
+    """Evaluate `inp`'s layout at every batch in `batches` (inp.batch_per_replica is ignored)."""
+    accel, lay = inp.rack.accelerator, inp.layout
+    links = links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s)
+    eff = effective_links(links, accel)
+    fmt = inp.precisions.compute
+    flops_per_s = accel.dense_flops_per_s[fmt] * accel.compute_fraction_by_format[fmt]
+    bw = accel.hbm_bandwidth_bytes_per_s * accel.hbm_bandwidth_fraction
+    st = _stages(inp.arch, lay.pp)
+    batches = np.asarray(batches, dtype=float)
+
+    compute, weights, kv, comm, touch = _decode_terms(inp, st, eff, flops_per_s, bw, batches)
+    totals = step_total_s(compute, weights, kv, comm, inp.overlap)
+    slowest = np.argmax(totals, axis=1)
+    rows = np.arange(len(batches))
+    stage_time = totals[rows, slowest]
+    prefill, chunk, n_chunks = _prefill_stages(inp, st, eff, flops_per_s, bw)
+    slowest_chunk = max(prefill, key=lambda step: step.total_s)
+    prefill_latency = (n_chunks + lay.pp - 1) * slowest_chunk.total_s
+    weights_bytes, kv_bytes, activations_bytes = _memory(inp, st, chunk, batches)
+    tpot = lay.pp * stage_time
+    return BatchTable(
+        batches=batches,
+        compute_s=lay.pp * compute[rows, slowest],
+        weights_s=lay.pp * weights[rows, slowest],
+        kv_s=lay.pp * kv[rows, slowest],
+        comm_s=lay.pp * comm[rows, slowest],
+        stage_time_s=stage_time,
+        tpot_s=tpot,
+        ttft_s=WORST_CASE_QUEUE_DEPARTURES * stage_time + prefill_latency,
+        decode_tokens_per_s=batches / tpot,
+        touch=touch,
+        weights_bytes=weights_bytes,
+        kv_bytes=kv_bytes,
+        activations_bytes=activations_bytes,
+        capacity_bytes=accel.hbm_capacity_bytes,
+        prefill_step=slowest_chunk,
+        prefill_latency_s=prefill_latency,
+        prefill_tokens_per_s=chunk * lay.dp_attn / slowest_chunk.total_s,
+        chunk_tokens=chunk,
+        flops_per_s=flops_per_s,
+        hbm_bandwidth_bytes_per_s=bw,
+        input_tokens=inp.input_tokens,
+        output_tokens=inp.output_tokens,
+    )
 
 
 def _assumptions(inp: DeploymentInputs, chunk: int, touch: float, flops_per_s: float, bw: float, links: ReplicaLinks) -> tuple[str, ...]:
@@ -291,36 +388,23 @@ def _assumptions(inp: DeploymentInputs, chunk: int, touch: float, flops_per_s: f
 
 def estimate(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Estimate:
     """Evaluate `inp`. Links default to a replica filling instances of `inp.rack` in order."""
-    accel, lay = inp.rack.accelerator, inp.layout
-    links = links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s)
-    eff = effective_links(links, accel)
-    fmt = inp.precisions.compute
-    flops_per_s = accel.dense_flops_per_s[fmt] * accel.compute_fraction_by_format[fmt]
-    bw = accel.hbm_bandwidth_bytes_per_s * accel.hbm_bandwidth_fraction
-    st = _stages(inp.arch, lay.pp)
-
-    decode, touch = _decode_stages(inp, st, eff, flops_per_s, bw)
-    slowest = max(decode, key=lambda s: s.total_s)
-    stage_time = slowest.total_s
-    prefill, chunk, n_chunks = _prefill_stages(inp, st, eff, flops_per_s, bw)
-    slowest_chunk = max(prefill, key=lambda s: s.total_s)
-    prefill_latency = (n_chunks + lay.pp - 1) * slowest_chunk.total_s
-    queue = WORST_CASE_QUEUE_DEPARTURES * stage_time
+    links = links or default_replica_links(inp.rack, inp.layout, inp.overheads.collective_latency_s)
+    t = evaluate_batches(inp, [inp.batch_per_replica], links)
     return Estimate(
         inputs=inp,
         links=links,
-        decode_step=slowest.scaled(lay.pp),
-        prefill_chunk_step=slowest_chunk,
-        tpot_s=lay.pp * stage_time,
-        stage_time_s=stage_time,
-        prefill_latency_s=prefill_latency,
-        queue_wait_s=queue,
-        ttft_s=queue + prefill_latency,
-        decode_tokens_per_s=inp.batch_per_replica / (lay.pp * stage_time),
-        prefill_tokens_per_s=chunk * lay.dp_attn / slowest_chunk.total_s,
-        memory=_memory(inp, st, chunk),
-        expert_touch_fraction=touch,
-        flops_per_s_effective=flops_per_s,
-        hbm_bandwidth_bytes_per_s_effective=bw,
-        assumptions=_assumptions(inp, chunk, touch, flops_per_s, bw, links),
+        decode_step=StepTime(float(t.compute_s[0]), float(t.weights_s[0]), float(t.kv_s[0]), float(t.comm_s[0]), inp.overlap),
+        prefill_chunk_step=t.prefill_step,
+        tpot_s=float(t.tpot_s[0]),
+        stage_time_s=float(t.stage_time_s[0]),
+        prefill_latency_s=t.prefill_latency_s,
+        queue_wait_s=WORST_CASE_QUEUE_DEPARTURES * float(t.stage_time_s[0]),
+        ttft_s=float(t.ttft_s[0]),
+        decode_tokens_per_s=float(t.decode_tokens_per_s[0]),
+        prefill_tokens_per_s=t.prefill_tokens_per_s,
+        memory=MemoryUse(float(t.weights_bytes[0]), float(t.kv_bytes[0]), float(t.activations_bytes[0]), t.capacity_bytes),
+        expert_touch_fraction=float(t.touch[0]),
+        flops_per_s_effective=t.flops_per_s,
+        hbm_bandwidth_bytes_per_s_effective=t.hbm_bandwidth_bytes_per_s,
+        assumptions=_assumptions(inp, t.chunk_tokens, float(t.touch[0]), t.flops_per_s, t.hbm_bandwidth_bytes_per_s, links),
     )

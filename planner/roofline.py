@@ -13,6 +13,7 @@ import numpy as np
 __all__ = [
     "OverlapPolicy",
     "StepTime",
+    "step_total_s",
     "FLOPS_PER_PARAM_PER_TOKEN",
     "matmul_flops",
     "compute_time_s",
@@ -53,10 +54,7 @@ class StepTime(NamedTuple):
 
     @property
     def total_s(self) -> float:
-        """physics.md: t_step = max(t_compute, t_weights + t_kv) + t_comm (or overlapped)."""
-        if self.overlap is OverlapPolicy.OVERLAPPED:
-            return max(self.compute_s, self.memory_s, self.comm_s)
-        return max(self.compute_s, self.memory_s) + self.comm_s
+        return float(step_total_s(self.compute_s, self.weights_s, self.kv_s, self.comm_s, self.overlap))
 
     @property
     def dominant_term(self) -> str:
@@ -71,6 +69,15 @@ class StepTime(NamedTuple):
 
     def scaled(self, factor: float) -> "StepTime":
         return StepTime(self.compute_s * factor, self.weights_s * factor, self.kv_s * factor, self.comm_s * factor, self.overlap)
+
+
+def step_total_s(compute_s, weights_s, kv_s, comm_s, overlap: OverlapPolicy = OverlapPolicy.SERIAL):
+    """physics.md: t_step = max(t_compute, t_weights + t_kv) + t_comm, or max of all three when
+    communication is overlapped. Works on floats and numpy arrays alike."""
+    memory_s = weights_s + kv_s
+    if overlap is OverlapPolicy.OVERLAPPED:
+        return np.maximum(np.maximum(compute_s, memory_s), comm_s)
+    return np.maximum(compute_s, memory_s) + comm_s
 
 
 def matmul_flops(params: float | np.ndarray, tokens: float) -> float | np.ndarray:
