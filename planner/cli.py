@@ -118,6 +118,26 @@ def _cmd_estimate(args: argparse.Namespace, console: Console) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# solve
+
+
+def _cmd_solve(args: argparse.Namespace, console: Console) -> int:
+    from planner.plan_report import render_solve, solve_record
+    from planner.solve import solve
+
+    path = resolve_problem_path(args.problem)
+    resolved = resolve_problem(load_problem(path), base_dir=path.parent, source=str(path))
+    with console.status("enumerating candidates and solving...") as status:
+        result = solve(resolved, time_limit_s=args.time_limit, seed=args.seed, workers=args.workers,
+                       progress=lambda text: status.update(f"evaluating {text}"))
+    render_solve(result, console)
+    if args.json:
+        _write_json(args.json, solve_record(result))
+        console.print(f"wrote {args.json}")
+    return EXIT_OK if result.has_plan else EXIT_INFEASIBLE
+
+
+# ---------------------------------------------------------------------------------------------
 # schema and catalog
 
 
@@ -196,10 +216,37 @@ def _add_estimate(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_estimate)
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _add_solve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("solve", help="choose the cheapest deployment of every workload on the fleet (CP-SAT)",
+                       description="Enumerate layouts with the roofline, let CP-SAT choose rack types, layouts, batches and "
+                                   "replica counts, and explain the plan. Exit code 0 with a plan, 2 for bad input, 3 when infeasible.")
+    p.add_argument("problem", help="problem file, or the name of a bundled problem (see problems/)")
+    p.add_argument("--json", metavar="PATH", help="write the plan as JSON (SI units)")
+    p.add_argument("--time-limit", type=_positive_float, default=None, help="CP-SAT time limit in seconds (default: the problem's)")
+    p.add_argument("--seed", type=int, default=None, help="CP-SAT random seed (default: the problem's)")
+    p.add_argument("--workers", type=_positive_int, default=None, help="CP-SAT worker threads (default: the problem's)")
+    p.set_defaults(func=_cmd_solve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="planner", description="Plan LLM deployments on clusters and cost each token.")
     parser.add_argument("--version", action="version", version=f"planner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_solve(sub)
     _add_estimate(sub)
     schema = sub.add_parser("schema", help="print the JSON Schema of problem files")
     schema.add_argument("-o", "--output", help="write to a file instead of standard output")
@@ -214,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    console = Console(width=max(100, Console().width), highlight=False)
+    console = Console(width=max(140, Console().width), highlight=False)
     try:
         return args.func(args, console)
     except PlannerInputError as exc:

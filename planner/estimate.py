@@ -5,6 +5,7 @@ Step 2 evaluates the decode step and a prefill chunk of every stage with the roo
 Step 3 takes the slowest stage, then derives latencies, throughputs, memory and cost.
 """
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -153,6 +154,7 @@ class _Stages:
         return np.bincount(self.layer_to_stage, weights=per_layer, minlength=len(self.n_layers))
 
 
+@functools.lru_cache(maxsize=256)
 def _stages(arch: ModelArch, pp: int) -> _Stages:
     layer_to_stage = stage_of_layer(arch.n_layers, pp)
     per = lambda values: np.bincount(layer_to_stage, weights=values, minlength=pp)  # noqa: E731
@@ -174,16 +176,23 @@ def _stages(arch: ModelArch, pp: int) -> _Stages:
 
 
 def _comm_s(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, tokens_per_rank: np.ndarray, tokens_per_stage: np.ndarray) -> np.ndarray:
-    """Per-stage communication of one forward pass: TP all-reduces, expert all-to-alls, the hand-off
-    to the next stage. Token counts have shape (n, 1); the result (n, pp)."""
+    """Per-stage communication of one forward pass: TP all-reduces, the MoE token exchange, the
+    hand-off to the next stage. Token counts have shape (n, 1); the result (n, pp).
+
+    The MoE exchange is needed whenever a MoE layer mixes tokens of several attention ranks or
+    spreads experts over ranks (ep > 1 or dp_attn > 1). Each token goes to its k experts' ranks
+    (physics.md: B * k * d * b_a per layer), or with ep = 1 once to every rank, and reaches all
+    `expert_tp` accelerators of each; (n-1)/n of the copies leave their sender. It replaces the MoE
+    layer's MLP all-reduce."""
     lay, arch, act = inp.layout, inp.arch, inp.precisions.activation_bytes
     hidden_bytes = arch.hidden_size * act
-    moe_all_to_all = lay.ep > 1
-    n_all_reduce = ALL_REDUCES_PER_LAYER * st.n_layers - (st.n_moe_layers if moe_all_to_all else 0)
+    moe_exchange = arch.is_moe and (lay.ep > 1 or lay.dp_attn > 1)
+    n_all_reduce = ALL_REDUCES_PER_LAYER * st.n_layers - (st.n_moe_layers if moe_exchange else 0)
     comm = n_all_reduce * all_reduce_time_s(tokens_per_rank * hidden_bytes, lay.tp, eff.tp_bytes_per_s, eff.latency_s)
-    if moe_all_to_all:
-        remote = (lay.ep - 1) / lay.ep
-        per_member = tokens_per_stage / lay.stage_size * arch.moe.experts_per_token * hidden_bytes * remote
+    if moe_exchange:
+        copies = arch.moe.experts_per_token if lay.ep > 1 else 1
+        remote = (lay.stage_size - 1) / lay.stage_size
+        per_member = tokens_per_stage / lay.stage_size * copies * lay.expert_tp * hidden_bytes * remote
         one_way = all_to_all_time_s(per_member, lay.stage_size, eff.stage_injection_bytes_per_s, eff.stage_bisection_bytes_per_s, eff.latency_s)
         comm = comm + st.n_moe_layers * DISPATCH_AND_COMBINE * one_way
     if lay.pp > 1:

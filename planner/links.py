@@ -53,44 +53,77 @@ def _worst(groups: list[GroupLinks]) -> GroupLinks:
     return min(groups, key=lambda g: (g.link_kind != SCALE_OUT, g.injection_bytes_per_s))
 
 
-def _representatives(blocks: list[list[str]], domain_of: dict[str, int]) -> list[list[str]]:
+@dataclass
+class _Cluster:
+    """A graph with its domain map and the group queries already answered on it."""
+
+    graph: nx.Graph
+    members: list[str]
+    domain_of: dict[str, int]
+    groups: dict[tuple[str, ...], GroupLinks]
+    flows: dict[tuple[tuple[str, ...], tuple[str, ...]], float]
+
+    def spans(self, nodes: list[str]) -> bool:
+        return len({self.domain_of[m] for m in nodes}) > 1
+
+    def group(self, nodes: list[str]) -> GroupLinks:
+        key = tuple(nodes)
+        if key not in self.groups:
+            self.groups[key] = group_links(self.graph, nodes, self.domain_of)
+        return self.groups[key]
+
+    def flow(self, a: list[str], b: list[str]) -> float:
+        key = (tuple(a), tuple(b))
+        if key not in self.flows:
+            self.flows[key] = group_to_group_bandwidth_bytes_per_s(self.graph, a, b, self.domain_of)
+        return self.flows[key]
+
+
+def _representatives(blocks: list[list[str]], cluster: _Cluster) -> list[list[str]]:
     """One group per distinct shape: the first inside one domain and the first spanning domains."""
     chosen: dict[bool, list[str]] = {}
     for block in blocks:
-        spans = len({domain_of[m] for m in block}) > 1
-        chosen.setdefault(spans, block)
+        chosen.setdefault(cluster.spans(block), block)
     return list(chosen.values())
+
+
+def _replica_links(cluster: _Cluster, members: list[str], layout: Layout, latency_s: float) -> ReplicaLinks:
+    n = layout.stage_size
+    stages = [members[s * n:(s + 1) * n] for s in range(layout.pp)]
+    tp_groups = [stage[r * layout.tp:(r + 1) * layout.tp] for stage in stages for r in range(layout.dp_attn)]
+    tp = _worst([cluster.group(g) for g in _representatives(tp_groups, cluster)])
+    stage = _worst([cluster.group(g) for g in _representatives(stages, cluster)])
+    pairs: dict[bool, tuple[list[str], list[str]]] = {}
+    for a, b in zip(stages, stages[1:]):
+        pairs.setdefault(cluster.spans(a + b), (a, b))
+    pp_bandwidth = min((cluster.flow(a, b) for a, b in pairs.values()), default=math.inf)
+    n_domains = len({cluster.domain_of[m] for m in members})
+    return ReplicaLinks(tp, stage, pp_bandwidth, True in pairs, latency_s, n_domains)
 
 
 def replica_links(graph: nx.Graph, members: list[str], layout: Layout, latency_s: float) -> ReplicaLinks:
     """Links of a replica placed on `members` (canonical order: stage-major, then TP groups)."""
-    domain_of = domain_map(graph)
-    n = layout.stage_size
-    stages = [members[s * n:(s + 1) * n] for s in range(layout.pp)]
-    tp_groups = [stage[r * layout.tp:(r + 1) * layout.tp] for stage in stages for r in range(layout.dp_attn)]
-    tp = _worst([group_links(graph, g, domain_of) for g in _representatives(tp_groups, domain_of)])
-    stage = _worst([group_links(graph, g, domain_of) for g in _representatives(stages, domain_of)])
-    pp_bandwidth, pp_spans = math.inf, False
-    for a, b in zip(stages, stages[1:]):
-        pp_bandwidth = min(pp_bandwidth, group_to_group_bandwidth_bytes_per_s(graph, a, b, domain_of))
-        pp_spans = pp_spans or len({domain_of[m] for m in a + b}) > 1
-    n_domains = len({domain_of[m] for m in members})
-    return ReplicaLinks(tp, stage, pp_bandwidth, pp_spans, latency_s, n_domains)
+    return _replica_links(_Cluster(graph, members, domain_map(graph), {}, {}), members, layout, latency_s)
 
 
+_CLUSTERS: dict[tuple, _Cluster] = {}
 _CACHE: dict[tuple, ReplicaLinks] = {}
 
 
 def default_replica_links(rack: RackType, layout: Layout, latency_s: float) -> ReplicaLinks:
     """Links of a replica on as many instances of `rack` as it needs, filling them in order."""
     accel = rack.accelerator
-    key = (rack.id, rack.n_accelerators, rack.topology, accel.scale_up_bandwidth_bytes_per_s,
-           accel.scale_out_bandwidth_bytes_per_s, layout, latency_s)
+    rack_key = (rack.id, rack.n_accelerators, rack.topology, accel.scale_up_bandwidth_bytes_per_s,
+                accel.scale_out_bandwidth_bytes_per_s, latency_s)
+    groups = Layout(tp=layout.tp, pp=layout.pp, dp_attn=layout.dp_attn)  # the groups do not depend on ep
+    key = (rack_key, groups)
     if key not in _CACHE:
         n_racks = math.ceil(layout.n_accelerators / rack.n_accelerators)
-        graph = build_cluster_graph([(rack, n_racks)], collective_latency_s=latency_s)
-        members = accelerator_nodes(graph)[: layout.n_accelerators]
-        _CACHE[key] = replica_links(graph, members, layout, latency_s)
+        if (rack_key, n_racks) not in _CLUSTERS:
+            graph = build_cluster_graph([(rack, n_racks)], collective_latency_s=latency_s)
+            _CLUSTERS[(rack_key, n_racks)] = _Cluster(graph, accelerator_nodes(graph), domain_map(graph), {}, {})
+        cluster = _CLUSTERS[(rack_key, n_racks)]
+        _CACHE[key] = _replica_links(cluster, cluster.members[: layout.n_accelerators], layout, latency_s)
     return _CACHE[key]
 
 

@@ -131,7 +131,7 @@ class SolverOptions(EdgeModel):
     seed: int = Field(default=0, ge=0, description="CP-SAT random seed")
     workers: int = Field(default=2, ge=1, le=64, description="CP-SAT worker threads")
     overlap: OverlapPolicy = Field(default=OverlapPolicy.SERIAL, description="serial: comm adds to the step; overlapped: hidden")
-    max_batch_per_replica: int = Field(default=8192, ge=1, description="largest decode batch (sequences) to consider")
+    max_batch_per_replica: int = Field(default=65536, ge=1, description="largest decode batch (sequences) to consider")
     prefill_chunk_tokens: int = Field(default=8192, ge=64, description="tokens per prefill forward pass")
     max_replicas: int = Field(default=4096, ge=1, description="largest replica count per deployment")
 

@@ -1,6 +1,7 @@
 """Rendering of estimates: a JSON-ready record (SI units) and rich terminal tables."""
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from planner.estimate import Estimate
@@ -95,7 +96,7 @@ def render_estimate(e: Estimate, console: Console) -> None:
     inp, mem = e.inputs, e.memory
     accel = inp.rack.accelerator
     console.print(
-        f"[bold]{inp.arch.name}[/bold] on [bold]{inp.rack.name}[/bold]: {inp.layout.describe()}, "
+        f"[bold]{escape(inp.arch.name)}[/bold] on [bold]{escape(inp.rack.name)}[/bold]: {inp.layout.describe()}, "
         f"batch {inp.batch_per_replica}, {inp.input_tokens} in / {inp.output_tokens} out tokens, "
         f"weights {inp.precisions.weights}, KV {inp.precisions.kv_cache}, compute {inp.precisions.compute}"
     )
@@ -136,4 +137,4 @@ def render_estimate(e: Estimate, console: Console) -> None:
         )
     console.print("[bold]Assumptions[/bold]")
     for note in e.assumptions:
-        console.print(f"  - {note}")
+        console.print(f"  - {escape(note)}")

@@ -1,0 +1,158 @@
+"""Why a plan is what it is: the constraint that binds each deployment, the roofline term that
+dominates its step, what binds the fleet, and the best rejected alternative with why it lost."""
+
+import math
+from dataclasses import dataclass, replace
+
+from planner.units import format_rate, format_seconds, format_usd
+
+__all__ = ["DeploymentExplanation", "RackComparison", "Alternative", "PlanExplanation", "explain_plan"]
+
+LIMIT_SENTENCES = {
+    "hbm": "HBM capacity binds: batch {batch} is the largest whose weights, KV cache and activations fit",
+    "tpot": "the TPOT limit binds: batch {batch} is the largest that decodes within {limit}",
+    "ttft": "the TTFT limit binds: batch {batch} is the largest whose queueing plus prefill stays within {limit}",
+    "max_batch": "the batch cap binds: batch {batch} is solver.max_batch_per_replica",
+    "ladder": "a smaller batch than the largest feasible one, chosen for latency",
+}
+
+
+@dataclass(frozen=True)
+class DeploymentExplanation:
+    workload: str
+    rack: str
+    binding: str
+    dominant: str
+
+
+@dataclass(frozen=True)
+class RackComparison:
+    workload: str
+    rack: str
+    best: str  # best layout on this rack type, or why there is none
+    usd_per_million_output_tokens: float | None
+    relative_to_chosen: float | None
+
+
+@dataclass(frozen=True)
+class Alternative:
+    description: str
+    objective: float | None
+    delta_fraction: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class PlanExplanation:
+    deployments: tuple[DeploymentExplanation, ...]
+    fleet: tuple[str, ...]
+    racks: tuple[RackComparison, ...]
+    alternative: Alternative | None
+
+    def lines(self) -> list[str]:
+        out = [f"{d.workload} on {d.rack}: {d.binding}; {d.dominant}" for d in self.deployments]
+        out += list(self.fleet)
+        for r in self.racks:
+            if r.relative_to_chosen is not None:
+                out.append(f"{r.workload} on {r.rack}: best is {r.best} at {format_usd(r.usd_per_million_output_tokens)}/M output "
+                           f"tokens ({r.relative_to_chosen:.2f}x the chosen)")
+            else:
+                out.append(f"{r.workload} on {r.rack}: {r.best}")
+        if self.alternative is not None:
+            out.append(f"best rejected alternative: {self.alternative.description} ({self.alternative.reason})")
+        return out
+
+
+def _deployment(result, d) -> DeploymentExplanation:
+    c, e = d.candidate, d.estimate
+    w = next(w for w in result.problem.workloads if w.name == c.workload)
+    limit = {"tpot": w.tpot_limit_s, "ttft": w.ttft_limit_s}.get(c.batch_limit)
+    binding = LIMIT_SENTENCES[c.batch_limit].format(batch=c.batch, limit=format_seconds(limit) if limit else "")
+    step = e.decode_step
+    share = {"compute": step.compute_s, "weights": step.weights_s, "kv": step.kv_s, "comm": step.comm_s}[step.dominant_term] / step.total_s
+    names = {"compute": "compute", "weights": "weight fetch", "kv": "KV fetch", "comm": "communication"}
+    dominant = f"{names[step.dominant_term]} dominates the decode step ({share:.0%} of {format_seconds(step.total_s)}, {step.bound}-bound)"
+    return DeploymentExplanation(c.workload, c.rack_id, binding, dominant)
+
+
+def _fleet(result) -> list[str]:
+    """Fleet-level limits that bind: rack types fully used, demands met with little slack."""
+    lines = []
+    for rack_id, pool in result.data.pools.items():
+        used = sum(d.accelerators for d in result.deployments if d.candidate.rack_id == rack_id)
+        if pool.count is not None and used:
+            total = pool.count * pool.domain_size
+            state = "all in use (the rack budget binds)" if used == total else f"{used} of {total} accelerators in use"
+            lines.append(f"{rack_id}: {state}")
+    for w in result.problem.workloads:
+        if w.output_tokens_per_s is None:
+            lines.extend(_room_for_replicas(result, w.name))
+            continue
+        served = sum(d.output_tokens_per_s for d in result.deployments if d.candidate.workload == w.name)
+        lines.append(f"{w.name}: serves {format_rate(served)} output tokens for a demand of {format_rate(w.output_tokens_per_s)} "
+                     f"({served / w.output_tokens_per_s - 1:+.0%} headroom from whole replicas)")
+    return lines
+
+
+def _room_for_replicas(result, workload: str) -> list[str]:
+    """Without a demand the plan has one replica per workload; say how many the fleet could hold."""
+    lines = []
+    for d in result.deployments:
+        c = d.candidate
+        pool = result.data.pools[c.rack_id]
+        if c.workload != workload or pool.count is None or c.stage_size > pool.domain_size:
+            continue
+        per_rack = pool.domain_size // c.stage_size
+        replicas = pool.count * per_rack // c.stages
+        lines.append(f"{workload}: one replica is planned (cost per token does not depend on the count); "
+                     f"{pool.count} x {c.rack_id} hold {replicas} such replicas, {format_rate(replicas * c.output_tokens_per_s)} output tokens")
+    return lines
+
+
+def _racks(result) -> list[RackComparison]:
+    """For every workload and rack type, the cheapest layout per token and how it compares."""
+    comparisons = []
+    for w in result.problem.workloads:
+        chosen = [d.candidate for d in result.deployments if d.candidate.workload == w.name]
+        reference = min((c.usd_per_million_output_tokens for c in chosen), default=None)
+        for (workload, rack_id), analysis in result.analyses.items():
+            if workload != w.name:
+                continue
+            if not analysis.candidates:
+                reasons = ", ".join(f"{k}: {n} layouts" for k, n in sorted(analysis.rejected.items())) or "no valid layout"
+                comparisons.append(RackComparison(w.name, rack_id, f"no layout is feasible ({reasons})", None, None))
+                continue
+            best = min(analysis.candidates, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
+            relative = best.usd_per_million_output_tokens / reference if reference else None
+            comparisons.append(RackComparison(w.name, rack_id, f"{best.layout.describe()}, batch {best.batch} ({best.batch_limit}-bound)",
+                                              best.usd_per_million_output_tokens, relative))
+    return comparisons
+
+
+def _alternative(result, time_limit_s: float, seed: int, workers: int) -> Alternative | None:
+    """The best plan that does not use exactly the chosen set of candidates."""
+    from planner.solve import solve_data
+
+    chosen = frozenset(j for j, c in enumerate(result.data.candidates)
+                       if any(d.candidate == c for d in result.deployments))
+    if not chosen:
+        return None
+    data = replace(result.data, excluded=result.data.excluded + (chosen,))
+    raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers)
+    if raw.objective is None:
+        return Alternative("none", None, None, "no other combination of deployments meets the constraints")
+    picked = [f"{r} x {data.candidates[j].describe()} for {data.candidates[j].workload}" for j, r in sorted(raw.chosen.items())]
+    base = result.stats.objective
+    delta = (raw.objective - base) / abs(base) if base else math.inf
+    unit = result.stats.objective_unit
+    reason = f"objective {raw.objective:.6g} {unit} vs {base:.6g}, {delta:+.1%}"
+    return Alternative("; ".join(picked), raw.objective, delta, reason)
+
+
+def explain_plan(result, *, time_limit_s: float, seed: int, workers: int) -> PlanExplanation:
+    return PlanExplanation(
+        deployments=tuple(_deployment(result, d) for d in result.deployments),
+        fleet=tuple(_fleet(result)),
+        racks=tuple(_racks(result)),
+        alternative=_alternative(result, time_limit_s, seed, workers),
+    )

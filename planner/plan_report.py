@@ -1,0 +1,129 @@
+"""Rendering of solve results: a JSON-ready record (SI units) and rich terminal output."""
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from planner.report import estimate_record
+from planner.solve import Deployment, SolveResult
+from planner.units import format_rate, format_seconds, format_usd
+
+__all__ = ["solve_record", "render_solve", "deployment_record"]
+
+_ESTIMATE_KEYS_REPLACED = {"layout", "accelerators", "batch_per_replica", "model", "rack", "accelerator"}
+
+
+def deployment_record(d: Deployment) -> dict:
+    c = d.candidate
+    record = {
+        "workload": c.workload,
+        "model": d.estimate.inputs.arch.id,
+        "rack": c.rack_id,
+        "accelerator": c.accelerator_id,
+        "tp": c.layout.tp,
+        "ep": c.layout.ep,
+        "pp": c.layout.pp,
+        "dp_attn": c.layout.dp_attn,
+        "expert_tp": c.layout.expert_tp,
+        "replicas": d.replicas,
+        "batch_per_replica": c.batch,
+        "accelerators": d.accelerators,
+        "accelerators_per_replica": c.accelerators,
+        "output_tokens_per_s": d.output_tokens_per_s,
+        "usd_per_hour": d.usd_per_hour,
+        "usd_per_million_output_tokens_all_in": c.usd_per_million_output_tokens,
+        "batch_limit": c.batch_limit,
+    }
+    record.update({k: v for k, v in estimate_record(d.estimate).items() if k not in _ESTIMATE_KEYS_REPLACED})
+    return record
+
+
+def _explanation_record(result: SolveResult) -> dict | None:
+    e = result.explanation
+    if e is None:
+        return None
+    alternative = None
+    if e.alternative is not None:
+        alternative = {"description": e.alternative.description, "objective": e.alternative.objective,
+                       "delta_fraction": e.alternative.delta_fraction, "reason": e.alternative.reason}
+    return {
+        "deployments": [{"workload": d.workload, "rack": d.rack, "binding": d.binding, "dominant": d.dominant} for d in e.deployments],
+        "fleet": list(e.fleet),
+        "racks": [{"workload": r.workload, "rack": r.rack, "best": r.best, "usd_per_million_output_tokens": r.usd_per_million_output_tokens,
+                   "relative_to_chosen": r.relative_to_chosen} for r in e.racks],
+        "alternative": alternative,
+    }
+
+
+def _infeasibility_record(result: SolveResult) -> dict | None:
+    report = result.infeasibility
+    if report is None:
+        return None
+    return {"summary": report.summary,
+            "conflicts": [{"families": list(c.families), "message": c.message, "relax": list(c.relax)} for c in report.conflicts]}
+
+
+def solve_record(result: SolveResult) -> dict:
+    s = result.stats
+    racks = {}
+    for rack_id, pool in result.data.pools.items():
+        used = sum(d.accelerators for d in result.deployments if d.candidate.rack_id == rack_id)
+        racks[rack_id] = {"racks_available": pool.count, "accelerators_per_rack": pool.domain_size, "accelerators_used": used}
+    return {
+        "problem": result.problem.problem.name,
+        "status": result.status,
+        "objective_kind": str(result.problem.problem.objective),
+        "solver": {
+            "wall_time_s": s.wall_time_s,
+            "total_time_s": s.total_time_s,
+            "objective": s.objective,
+            "best_bound": s.best_bound,
+            "gap": s.gap,
+            "objective_unit": s.objective_unit,
+            "time_limit_s": s.time_limit_s,
+            "seed": s.seed,
+            "workers": s.workers,
+            "candidates": s.n_candidates,
+            "variables": s.n_variables,
+            "constraints": s.n_constraints,
+        },
+        "fleet": {"usd_per_hour": result.usd_per_hour, "accelerators": result.accelerators, "racks": racks},
+        "deployments": [deployment_record(d) for d in result.deployments],
+        "explanation": _explanation_record(result),
+        "infeasibility": _infeasibility_record(result),
+    }
+
+
+def _plan_table(result: SolveResult) -> Table:
+    table = Table(title="Plan", title_justify="left")
+    for name in ("workload", "rack", "layout", "batch", "replicas", "accel.", "TPOT", "TTFT", "out tok/s", "$/h", "$/M out", "binds", "dominant"):
+        table.add_column(name, justify="left" if name in ("workload", "rack", "layout", "binds", "dominant") else "right")
+    for d in result.deployments:
+        c, e = d.candidate, d.estimate
+        table.add_row(c.workload, c.rack_id, c.layout.describe().split(" = ")[0], str(c.batch), str(d.replicas), str(d.accelerators),
+                      format_seconds(e.tpot_s), format_seconds(e.ttft_s), format_rate(d.output_tokens_per_s), format_usd(d.usd_per_hour),
+                      format_usd(c.usd_per_million_output_tokens), c.batch_limit, e.decode_step.dominant_term)
+    return table
+
+
+def render_solve(result: SolveResult, console: Console) -> None:
+    s = result.stats
+    head = f"[bold]{escape(result.problem.problem.name)}[/bold]: {result.status}"
+    if s.objective is not None:
+        head += f", objective {s.objective:.6g} {s.objective_unit} (bound {s.best_bound:.6g}, gap {s.gap:.2%})"
+    head += f"; {s.n_candidates} candidates, solved in {s.wall_time_s:.2f} s (total {s.total_time_s:.2f} s, seed {s.seed}, {s.workers} workers)"
+    console.print(head)
+    if result.has_plan:
+        console.print(_plan_table(result))
+        console.print(f"Fleet: {result.accelerators} accelerators, {format_usd(result.usd_per_hour)}/h "
+                      "(prices are catalog estimates unless the problem overrides them)")
+        if result.explanation is not None:
+            console.print("[bold]Why this plan[/bold]")
+            for line in result.explanation.lines():
+                console.print(f"  - {escape(line)}")
+    if result.infeasibility is not None:
+        console.print(f"[red bold]No plan:[/red bold] {escape(result.infeasibility.summary)}")
+        for conflict in result.infeasibility.conflicts:
+            console.print(f"  - {escape(conflict.message)}")
+            for fix in conflict.relax:
+                console.print(f"      relax: {escape(fix)}")

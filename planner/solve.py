@@ -1,0 +1,268 @@
+"""Solve a deployment problem: candidates from the roofline, choices by CP-SAT.
+
+Step 1 enumerates and prunes candidates for every workload on every rack type of the fleet.
+Step 2 builds the CP-SAT model and minimises the primary objective.
+Step 3 re-solves with the primary objective held at its value and a canonical tie-break, on one
+worker, so that the same input, seed and worker count always give the same plan.
+Step 4 turns the chosen candidates into deployments with full estimates, and explains the plan,
+or, when nothing is feasible, explains why.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from planner.candidates import Candidate, CandidateSettings, RackAnalysis, analyse_rack, pareto_prune
+from planner.estimate import DeploymentInputs, Estimate, estimate
+from planner.model_builder import PlanningData, PlanVars, RackPool, build_model, primary_objective, tie_break_objective
+from planner.problem import Objective, ResolvedProblem
+
+__all__ = ["SolverStats", "Deployment", "SolveResult", "solve", "prepare", "solve_data", "set_parameters"]
+
+SINGLE_WORKER_BUDGET_S = 1.0  # deterministic time of the single-worker first phase
+INTERLEAVE_BATCH_SIZE = 12  # fixed, so that multi-worker runs do not depend on the worker count (cpsat.md section 7)
+STATUS_NAMES = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
+                cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
+
+
+@dataclass(frozen=True)
+class SolverStats:
+    status: str
+    objective: float | None  # in objective_unit
+    best_bound: float | None
+    gap: float | None  # |objective - bound| / |objective|
+    wall_time_s: float  # CP-SAT solves only
+    total_time_s: float  # candidates + model + solves
+    objective_unit: str
+    time_limit_s: float
+    seed: int
+    workers: int
+    n_candidates: int
+    n_variables: int
+    n_constraints: int
+
+
+@dataclass(frozen=True)
+class Deployment:
+    candidate: Candidate
+    replicas: int
+    estimate: Estimate
+
+    @property
+    def accelerators(self) -> int:
+        return self.replicas * self.candidate.accelerators
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.replicas * self.candidate.usd_per_hour
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.replicas * self.candidate.output_tokens_per_s
+
+
+@dataclass
+class SolveResult:
+    problem: ResolvedProblem
+    status: str
+    stats: SolverStats
+    deployments: list[Deployment]
+    data: PlanningData
+    analyses: dict[tuple[str, str], RackAnalysis]
+    explanation: object | None = None  # explain.PlanExplanation
+    infeasibility: object | None = None  # infeasibility.InfeasibilityReport
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_plan(self) -> bool:
+        return self.status in ("OPTIMAL", "FEASIBLE") and bool(self.deployments)
+
+    @property
+    def usd_per_hour(self) -> float:
+        return sum(d.usd_per_hour for d in self.deployments)
+
+    @property
+    def accelerators(self) -> int:
+        return sum(d.accelerators for d in self.deployments)
+
+
+def set_parameters(solver: cp_model.CpSolver, *, time_limit_s: float, seed: int, workers: int) -> None:
+    """Every parameter set explicitly. Multi-worker runs interleave subsolvers in fixed batches and
+    stop on deterministic time, so a given seed and worker count reproduce the same search."""
+    p = solver.parameters
+    p.num_workers = workers
+    p.random_seed = seed
+    p.max_deterministic_time = time_limit_s
+    p.max_time_in_seconds = 2.0 * time_limit_s  # safety net on wall-clock time
+    p.presolve_inclusion_work_limit = 0  # or-tools#5293: wrong optimum with large enforced Boolean sums
+    if workers > 1:
+        p.interleave_search = True
+        p.interleave_batch_size = INTERLEAVE_BATCH_SIZE
+
+
+def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
+            progress: Callable[[str], None] | None = None) -> tuple[PlanningData, dict[tuple[str, str], RackAnalysis]]:
+    """Step 1: candidates for every workload on every rack type, pruned, in canonical order."""
+    problem = resolved.problem
+    ladder = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
+    settings = CandidateSettings(problem.solver.overlap, problem.solver.prefill_chunk_tokens, problem.solver.max_batch_per_replica,
+                                 problem.cluster.allow_spanning_domains, ladder)
+    analyses: dict[tuple[str, str], RackAnalysis] = {}
+    shared: dict[tuple, RackAnalysis] = {}
+    candidates: list[Candidate] = []
+    for w in resolved.workloads:
+        model = resolved.models[w.model_key]
+        for rack, count in resolved.rack_counts:
+            if progress:
+                progress(f"{w.name} on {rack.id}")
+            max_accelerators = None if count is None else count * rack.n_accelerators
+            key = (w.model_key, rack.id, max_accelerators, w.input_tokens, w.output_tokens, w.tpot_limit_s, w.ttft_limit_s)
+            if key not in shared:
+                shared[key] = analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings, max_accelerators)
+            base = shared[key]
+            analysis = RackAnalysis(**{**base.__dict__, "workload": w.name,
+                                       "candidates": [_for_workload(c, w.name) for c in base.candidates]})
+            analyses[(w.name, rack.id)] = analysis
+            candidates.extend(pareto_prune(analysis.candidates, use_latency=ladder))
+    candidates.sort(key=lambda c: (c.workload, c.sort_key()))
+    pools = {rack.id: RackPool(rack.id, rack.n_accelerators, count) for rack, count in resolved.rack_counts}
+    data = PlanningData(
+        candidates=tuple(candidates),
+        workloads=tuple(w.name for w in resolved.workloads),
+        demand_tokens_per_s={w.name: w.output_tokens_per_s for w in resolved.workloads},
+        pools=pools,
+        objective=problem.objective,
+        cost_cap_usd_per_hour=problem.cost_cap_usd_per_hour,
+        max_replicas=problem.solver.max_replicas,
+    )
+    return data, analyses
+
+
+def _for_workload(c: Candidate, workload: str) -> Candidate:
+    from dataclasses import replace
+
+    return c if c.workload == workload else replace(c, workload=workload)
+
+
+@dataclass(frozen=True)
+class RawSolution:
+    status: str
+    chosen: dict[int, int]  # candidate index -> replicas
+    objective: float | None
+    best_bound: float | None
+    gap: float | None
+    wall_time_s: float
+    unit: str
+    n_variables: int
+    n_constraints: int
+
+
+def _fix_families(model: cp_model.CpModel, v: PlanVars) -> None:
+    for literal in v.families.values():
+        model.add(literal == 1)
+
+
+def _hint(model: cp_model.CpModel, v: PlanVars, solver: cp_model.CpSolver) -> None:
+    """Hint every decision variable (an incomplete hint is ignored, cpsat.md section 5)."""
+    model.clear_hints()
+    for var in [*v.replicas, *v.used, *v.workload_tpot.values()]:
+        model.add_hint(var, solver.value(var))
+
+
+def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed: int, workers: int) -> tuple[cp_model.CpSolver, int, float]:
+    """Deterministic search: one worker first (it proves most of these small models optimal in
+    milliseconds); if it has not, the requested workers continue from its best plan (hinted)."""
+    first = cp_model.CpSolver()
+    budget = time_limit_s if workers == 1 else min(time_limit_s, SINGLE_WORKER_BUDGET_S)
+    set_parameters(first, time_limit_s=budget, seed=seed, workers=1)
+    status = first.solve(model)
+    if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID) or workers == 1 or budget >= time_limit_s:
+        return first, status, first.wall_time
+    if status == cp_model.FEASIBLE:
+        _hint(model, v, first)
+    second = cp_model.CpSolver()
+    set_parameters(second, time_limit_s=time_limit_s - budget, seed=seed, workers=workers)
+    status_two = second.solve(model)
+    wall = first.wall_time + second.wall_time
+    if status_two in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.INFEASIBLE):
+        return second, status_two, wall
+    return first, status, wall
+
+
+def solve_data(data: PlanningData, *, time_limit_s: float = 10.0, seed: int = 0, workers: int = 2,
+               canonical: bool = True) -> RawSolution:
+    """Steps 2 and 3 on prepared data: the best plan, its objective, bound and gap."""
+    model, v = build_model(data)
+    _fix_families(model, v)
+    objective, resolution, unit = primary_objective(model, v, data)
+    model.minimize(objective)
+    solver, status, wall = _minimise(model, v, time_limit_s=time_limit_s, seed=seed, workers=workers)
+    name = STATUS_NAMES.get(status, "UNKNOWN")
+    n_vars, n_cons = len(model.proto.variables), len(model.proto.constraints)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return RawSolution(name, {}, None, None, None, wall, unit, n_vars, n_cons)
+    value = round(solver.objective_value)
+    bound = solver.best_objective_bound
+    chosen = v.extract(solver)
+    if canonical:
+        chosen, extra = _canonical(model, v, data, objective, value, seed)
+        wall += extra
+    objective_real, bound_real = value * resolution, bound * resolution
+    gap = abs(objective_real - bound_real) / abs(objective_real) if objective_real else 0.0
+    return RawSolution(name, chosen, objective_real, bound_real, gap, wall, unit, n_vars, n_cons)
+
+
+def _canonical(model: cp_model.CpModel, v: PlanVars, data: PlanningData, objective, value: int, seed: int) -> tuple[dict[int, int], float]:
+    """Hold the objective at its value and pick the canonical plan among the equally good ones."""
+    model.clear_hints()
+    model.add(objective <= value)
+    model.minimize(tie_break_objective(v, data))
+    solver = cp_model.CpSolver()
+    set_parameters(solver, time_limit_s=5.0, seed=seed, workers=1)
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # cannot happen: the primary plan is feasible
+        raise RuntimeError(f"tie-break solve returned {solver.status_name(status)}")
+    return v.extract(solver), solver.wall_time
+
+
+def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int]) -> list[Deployment]:
+    problem = resolved.problem
+    deployments = []
+    for j, replicas in sorted(chosen.items(), key=lambda item: (data.candidates[item[0]].workload, data.candidates[item[0]].sort_key())):
+        c = data.candidates[j]
+        model = resolved.models[c.model_key]
+        workload = next(w for w in resolved.workloads if w.name == c.workload)
+        inputs = DeploymentInputs(model.arch, resolved.hardware.racks[c.rack_id], c.layout, c.batch, workload.input_tokens,
+                                  workload.output_tokens, c.precisions, resolved.hardware.overheads, problem.solver.overlap,
+                                  problem.solver.prefill_chunk_tokens, c.notes)
+        deployments.append(Deployment(c, replicas, estimate(inputs)))
+    return deployments
+
+
+def solve(resolved: ResolvedProblem, *, time_limit_s: float | None = None, seed: int | None = None, workers: int | None = None,
+          explain: bool = True, progress: Callable[[str], None] | None = None) -> SolveResult:
+    """Solve `resolved`; options default to the problem's solver block."""
+    options = resolved.problem.solver
+    time_limit_s = options.time_limit_s if time_limit_s is None else time_limit_s
+    seed = options.seed if seed is None else seed
+    workers = options.workers if workers is None else workers
+    start = time.perf_counter()
+    data, analyses = prepare(resolved, progress=progress)
+    raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers) if data.candidates else \
+        RawSolution("INFEASIBLE", {}, None, None, None, 0.0, "", 0, 0)
+    deployments = _deployments(resolved, data, raw.chosen)
+    stats = SolverStats(raw.status, raw.objective, raw.best_bound, raw.gap, raw.wall_time_s, time.perf_counter() - start,
+                        raw.unit, time_limit_s, seed, workers, len(data.candidates), raw.n_variables, raw.n_constraints)
+    result = SolveResult(resolved, raw.status, stats, deployments, data, analyses)
+    if explain:
+        if result.has_plan:
+            from planner.explain import explain_plan
+
+            result.explanation = explain_plan(result, time_limit_s=time_limit_s, seed=seed, workers=workers)
+        else:
+            from planner.infeasibility import explain_infeasibility
+
+            result.infeasibility = explain_infeasibility(result)
+    return result
