@@ -293,8 +293,21 @@ def _apply_fractions(accel: Accelerator, fractions: Mapping[str, float]) -> Acce
     return replace(accel, **updates)
 
 
+def _compute_fractions(spec: AcceleratorSpec, default: float) -> dict[FlopsFormat, float]:
+    """Measured fraction per format; an unmeasured format takes the same part's nearest measured
+    format (wider first: the same silicon and software stack), and only then the global default."""
+    measured = spec.compute_fraction or {}
+    order = list(FLOPS_FORMATS_NARROW_TO_WIDE)
+    fractions = {}
+    for fmt in spec.dense_tflop_per_s:
+        i = order.index(fmt)
+        nearest = [f for f in order[i:] + order[:i][::-1] if f in measured]
+        fractions[fmt] = measured[nearest[0]] if nearest else default
+    return fractions
+
+
 def _accelerator_from_spec(spec: AcceleratorSpec, defaults: AchievableDefaults, sources: Mapping[str, str]) -> Accelerator:
-    compute_fraction = {fmt: (spec.compute_fraction or {}).get(fmt, defaults.compute_fraction) for fmt in spec.dense_tflop_per_s}
+    compute_fraction = _compute_fractions(spec, defaults.compute_fraction)
     return Accelerator(
         id=spec.id,
         name=spec.name,

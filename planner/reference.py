@@ -5,8 +5,6 @@ Rack packing is checked by placing the pipeline stages into racks with first-fit
 with the model's volume inequalities, so the search also tests that encoding.
 """
 
-import itertools
-import math
 from collections.abc import Iterator
 
 from planner.model_builder import (
@@ -57,7 +55,9 @@ def fits_racks(data: PlanningData, chosen: dict[int, int]) -> bool:
 
 
 def _minimal_vectors(data: PlanningData, workload: str) -> Iterator[dict[int, int]]:
-    """Replica counts for one workload's candidates that serve its demand, none removable."""
+    """Every vector of replica counts for one workload's candidates that serves its demand and from
+    which no replica can be removed (an optimal plan never has a removable replica), by depth-first
+    search: a branch stops as soon as the demand is met or can no longer be met."""
     js = data.candidates_of(workload)
     demand = data.demand_tokens_per_s[workload]
     if demand is None:
@@ -65,17 +65,24 @@ def _minimal_vectors(data: PlanningData, workload: str) -> Iterator[dict[int, in
             yield {j: 1}
         return
     need = _scaled(demand, THROUGHPUT_RESOLUTION, round_up=True)
-    rate = {j: _scaled(data.candidates[j].output_tokens_per_s, THROUGHPUT_RESOLUTION, round_up=False) for j in js}
-    ranges = [range(replica_bound(data, j) + 1) for j in js]
-    if math.prod(len(r) for r in ranges) > MAX_COMBINATIONS:
-        raise SearchTooLarge(workload)
-    for counts in itertools.product(*ranges):
-        served = sum(rate[j] * r for j, r in zip(js, counts))
-        if served < need:
-            continue
-        if any(r and served - rate[j] >= need for j, r in zip(js, counts)):
-            continue  # a replica could be removed: not minimal, never better
-        yield {j: r for j, r in zip(js, counts) if r}
+    rate = [_scaled(data.candidates[j].output_tokens_per_s, THROUGHPUT_RESOLUTION, round_up=False) for j in js]
+    bound = [replica_bound(data, j) for j in js]
+    reachable = [sum(r * b for r, b in zip(rate[i:], bound[i:])) for i in range(len(js) + 1)]
+
+    def search(i: int, served: int, counts: list[int]) -> Iterator[list[int]]:
+        if served >= need:
+            if all(c == 0 or served - rate[k] < need for k, c in enumerate(counts)):
+                yield counts
+            return
+        if i == len(js) or served + reachable[i] < need:
+            return
+        for r in range(bound[i] + 1):
+            yield from search(i + 1, served + r * rate[i], counts + [r])
+            if served + r * rate[i] >= need:
+                break  # more replicas of this candidate would be removable
+
+    for counts in search(0, 0, []):
+        yield {js[k]: c for k, c in enumerate(counts) if c}
 
 
 def _objective(data: PlanningData, chosen: dict[int, int]) -> int:
@@ -99,20 +106,40 @@ def _within_cost_cap(data: PlanningData, chosen: dict[int, int]) -> bool:
     return cost <= _scaled(data.cost_cap_usd_per_hour, USD_RESOLUTION, round_up=False)
 
 
-def reference_optimum(data: PlanningData) -> tuple[int | None, dict[int, int] | None]:
+def reference_optimum(data: PlanningData, max_combinations: int = MAX_COMBINATIONS) -> tuple[int | None, dict[int, int] | None]:
     """The minimum integer objective over every feasible plan (None if infeasible), and one plan
-    attaining it. Raises SearchTooLarge for problems too big to enumerate."""
-    per_workload = [list(_minimal_vectors(data, w)) for w in data.workloads]
-    if math.prod(len(v) for v in per_workload) > MAX_COMBINATIONS:
-        raise SearchTooLarge("combinations")
-    best_value, best_plan = None, None
-    for parts in itertools.product(*per_workload):
-        chosen = {j: r for part in parts for j, r in part.items()}
-        if any(group <= set(chosen) for group in data.excluded):
-            continue
-        if not _within_cost_cap(data, chosen) or not fits_racks(data, chosen):
-            continue
-        value = _objective(data, chosen)
-        if best_value is None or value < best_value:
-            best_value, best_plan = value, chosen
-    return best_value, best_plan
+    attaining it. Every objective is a sum of per-workload terms, so workloads are searched in
+    turn with their vectors sorted by their term, pruning branches that cannot beat the best plan;
+    the fleet-wide checks (cost cap, rack packing) run on complete plans. Raises SearchTooLarge for
+    problems too big to enumerate."""
+    per_workload = []
+    for w in data.workloads:
+        vectors = []
+        for vector in _minimal_vectors(data, w):
+            vectors.append((_objective(data, vector), vector))
+            if len(vectors) > max_combinations:
+                raise SearchTooLarge(w)
+        per_workload.append(sorted(vectors, key=lambda item: item[0]))
+    floor = [0] * (len(per_workload) + 1)
+    for i in range(len(per_workload) - 1, -1, -1):
+        floor[i] = floor[i + 1] + (per_workload[i][0][0] if per_workload[i] else 0)
+    best: list = [None, None]
+    leaves = [0]
+
+    def search(i: int, value: int, chosen: dict[int, int]) -> None:
+        if i == len(per_workload):
+            leaves[0] += 1
+            if leaves[0] > max_combinations:
+                raise SearchTooLarge("leaves")
+            if any(group <= set(chosen) for group in data.excluded):
+                return
+            if _within_cost_cap(data, chosen) and fits_racks(data, chosen):
+                best[0], best[1] = value, dict(chosen)
+            return
+        for term, vector in per_workload[i]:
+            if best[0] is not None and value + term + floor[i + 1] >= best[0]:
+                break
+            search(i + 1, value + term, {**chosen, **vector})
+
+    search(0, 0, {})
+    return best[0], best[1]

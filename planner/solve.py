@@ -150,6 +150,7 @@ def _for_workload(c: Candidate, workload: str) -> Candidate:
 class RawSolution:
     status: str
     chosen: dict[int, int]  # candidate index -> replicas
+    objective_int: int | None  # the objective in the model's integer units
     objective: float | None
     best_bound: float | None
     gap: float | None
@@ -202,7 +203,7 @@ def solve_data(data: PlanningData, *, time_limit_s: float = 10.0, seed: int = 0,
     name = STATUS_NAMES.get(status, "UNKNOWN")
     n_vars, n_cons = len(model.proto.variables), len(model.proto.constraints)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return RawSolution(name, {}, None, None, None, wall, unit, n_vars, n_cons)
+        return RawSolution(name, {}, None, None, None, None, wall, unit, n_vars, n_cons)
     value = round(solver.objective_value)
     bound = solver.best_objective_bound
     chosen = v.extract(solver)
@@ -211,7 +212,7 @@ def solve_data(data: PlanningData, *, time_limit_s: float = 10.0, seed: int = 0,
         wall += extra
     objective_real, bound_real = value * resolution, bound * resolution
     gap = abs(objective_real - bound_real) / abs(objective_real) if objective_real else 0.0
-    return RawSolution(name, chosen, objective_real, bound_real, gap, wall, unit, n_vars, n_cons)
+    return RawSolution(name, chosen, value, objective_real, bound_real, gap, wall, unit, n_vars, n_cons)
 
 
 def _canonical(model: cp_model.CpModel, v: PlanVars, data: PlanningData, objective, value: int, seed: int) -> tuple[dict[int, int], float]:
@@ -251,7 +252,7 @@ def solve(resolved: ResolvedProblem, *, time_limit_s: float | None = None, seed:
     start = time.perf_counter()
     data, analyses = prepare(resolved, progress=progress)
     raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers) if data.candidates else \
-        RawSolution("INFEASIBLE", {}, None, None, None, 0.0, "", 0, 0)
+        RawSolution("INFEASIBLE", {}, None, None, None, None, 0.0, "", 0, 0)
     deployments = _deployments(resolved, data, raw.chosen)
     stats = SolverStats(raw.status, raw.objective, raw.best_bound, raw.gap, raw.wall_time_s, time.perf_counter() - start,
                         raw.unit, time_limit_s, seed, workers, len(data.candidates), raw.n_variables, raw.n_constraints)
