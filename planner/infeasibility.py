@@ -87,6 +87,7 @@ def _solve_with_assumptions(data: PlanningData, families: list[str] | None, pres
     model.add_assumptions([literals[f] for f in chosen if f in literals])
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
+    solver.parameters.linearization_level = 2
     solver.parameters.max_time_in_seconds = SEARCH_TIME_LIMIT_S
     solver.parameters.cp_model_presolve = presolve
     status = solver.solve(model)

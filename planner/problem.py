@@ -127,7 +127,8 @@ class WorkloadSpec(EdgeModel):
 
 
 class SolverOptions(EdgeModel):
-    time_limit_s: float = Field(default=10.0, gt=0, description="CP-SAT wall-clock limit, seconds")
+    time_limit_s: float = Field(default=10.0, gt=0, description="CP-SAT search limit, seconds (deterministic time, close to wall time)")
+    relative_gap_limit: float = Field(default=0.0, ge=0, lt=1, description="stop once (objective - bound) / objective is below this; 0 = prove optimality")
     seed: int = Field(default=0, ge=0, description="CP-SAT random seed")
     workers: int = Field(default=2, ge=1, le=64, description="CP-SAT worker threads")
     overlap: OverlapPolicy = Field(default=OverlapPolicy.SERIAL, description="serial: comm adds to the step; overlapped: hidden")

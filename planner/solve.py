@@ -8,6 +8,7 @@ Step 4 turns the chosen candidates into deployments with full estimates, and exp
 or, when nothing is feasible, explains why.
 """
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,8 +22,13 @@ from planner.problem import Objective, ResolvedProblem
 
 __all__ = ["SolverStats", "Deployment", "SolveResult", "solve", "prepare", "solve_data", "set_parameters"]
 
-SINGLE_WORKER_BUDGET_S = 1.0  # deterministic time of the single-worker first phase
-INTERLEAVE_BATCH_SIZE = 12  # fixed, so that multi-worker runs do not depend on the worker count (cpsat.md section 7)
+SEARCH_SHARE = 0.85  # of the time limit for the two search phases; the canonical tie-break gets the rest
+SINGLE_WORKER_SHARE = 0.4  # of the search time for the single-worker first phase
+SINGLE_WORKER_MIN_S = 1.0
+DETERMINISTIC_SHARE = 0.8  # deterministic-time budget per second of wall-clock budget (dtime runs ~1.2x wall here)
+INTERLEAVE_BATCH_SIZE = 12
+SINGLE_WORKER_LINEARIZATION = 2
+TIE_BREAK_TIME_LIMIT_S = 5.0  # fixed, so that multi-worker runs do not depend on the worker count (cpsat.md section 7)
 STATUS_NAMES = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
                 cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
 
@@ -88,16 +94,23 @@ class SolveResult:
         return sum(d.accelerators for d in self.deployments)
 
 
-def set_parameters(solver: cp_model.CpSolver, *, time_limit_s: float, seed: int, workers: int) -> None:
-    """Every parameter set explicitly. Multi-worker runs interleave subsolvers in fixed batches and
-    stop on deterministic time, so a given seed and worker count reproduce the same search."""
+def set_parameters(solver: cp_model.CpSolver, *, time_limit_s: float, seed: int, workers: int, relative_gap_limit: float = 0.0) -> None:
+    """Every parameter set explicitly. The search stops on deterministic time (a count of work,
+    reproducible), set below the wall-clock limit so that it normally stops first; multi-worker
+    runs interleave subsolvers in fixed batches. A given seed and worker count then reproduce the
+    same search, unless a much slower machine reaches the wall-clock limit first."""
     p = solver.parameters
     p.num_workers = workers
     p.random_seed = seed
-    p.max_deterministic_time = time_limit_s
-    p.max_time_in_seconds = 2.0 * time_limit_s  # safety net on wall-clock time
+    p.max_deterministic_time = DETERMINISTIC_SHARE * time_limit_s
+    p.max_time_in_seconds = time_limit_s
+    p.relative_gap_limit = relative_gap_limit
     p.presolve_inclusion_work_limit = 0  # or-tools#5293: wrong optimum with large enforced Boolean sums
-    if workers > 1:
+    if workers == 1:
+        # The single LP worker with the full linear relaxation and cuts closes the covering and
+        # packing gap at the root: the bundled mixed fleet takes 11 conflicts instead of 77k.
+        p.linearization_level = SINGLE_WORKER_LINEARIZATION
+    else:
         p.interleave_search = True
         p.interleave_batch_size = INTERLEAVE_BATCH_SIZE
 
@@ -172,60 +185,69 @@ def _hint(model: cp_model.CpModel, v: PlanVars, solver: cp_model.CpSolver) -> No
         model.add_hint(var, solver.value(var))
 
 
-def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed: int, workers: int) -> tuple[cp_model.CpSolver, int, float]:
-    """Deterministic search: one worker first (it proves most of these small models optimal in
-    milliseconds); if it has not, the requested workers continue from its best plan (hinted)."""
+def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed: int, workers: int,
+              relative_gap_limit: float, callback: cp_model.CpSolverSolutionCallback | None) -> tuple[cp_model.CpSolver, int, float]:
+    """Deterministic search: one worker with the full linear relaxation first (it proves most of
+    these models optimal in milliseconds and closes the gap fastest on large fleets); if it has not
+    finished, the requested workers continue from its best plan (hinted)."""
     first = cp_model.CpSolver()
-    budget = time_limit_s if workers == 1 else min(time_limit_s, SINGLE_WORKER_BUDGET_S)
-    set_parameters(first, time_limit_s=budget, seed=seed, workers=1)
-    status = first.solve(model)
-    if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID) or workers == 1 or budget >= time_limit_s:
+    budget = time_limit_s if workers == 1 else min(time_limit_s, max(SINGLE_WORKER_MIN_S, SINGLE_WORKER_SHARE * time_limit_s))
+    set_parameters(first, time_limit_s=budget, seed=seed, workers=1, relative_gap_limit=relative_gap_limit)
+    status = first.solve(model, callback) if callback else first.solve(model)
+    if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID) or budget >= time_limit_s:
         return first, status, first.wall_time
     if status == cp_model.FEASIBLE:
         _hint(model, v, first)
     second = cp_model.CpSolver()
-    set_parameters(second, time_limit_s=time_limit_s - budget, seed=seed, workers=workers)
-    status_two = second.solve(model)
+    set_parameters(second, time_limit_s=time_limit_s - budget, seed=seed, workers=workers, relative_gap_limit=relative_gap_limit)
+    status_two = second.solve(model, callback) if callback else second.solve(model)
     wall = first.wall_time + second.wall_time
-    if status_two in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.INFEASIBLE):
+    if status_two in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or (
+            status_two == cp_model.FEASIBLE and (status != cp_model.FEASIBLE or second.objective_value <= first.objective_value)):
         return second, status_two, wall
     return first, status, wall
 
 
-def solve_data(data: PlanningData, *, time_limit_s: float = 10.0, seed: int = 0, workers: int = 2,
-               canonical: bool = True) -> RawSolution:
+def solve_data(data: PlanningData, *, time_limit_s: float = 10.0, seed: int = 0, workers: int = 2, canonical: bool = True,
+               relative_gap_limit: float = 0.0, callback: cp_model.CpSolverSolutionCallback | None = None) -> RawSolution:
     """Steps 2 and 3 on prepared data: the best plan, its objective, bound and gap."""
     model, v = build_model(data)
     _fix_families(model, v)
     objective, resolution, unit = primary_objective(model, v, data)
     model.minimize(objective)
-    solver, status, wall = _minimise(model, v, time_limit_s=time_limit_s, seed=seed, workers=workers)
+    solver, status, wall = _minimise(model, v, time_limit_s=SEARCH_SHARE * time_limit_s, seed=seed, workers=workers,
+                                     relative_gap_limit=relative_gap_limit, callback=callback)
     name = STATUS_NAMES.get(status, "UNKNOWN")
     n_vars, n_cons = len(model.proto.variables), len(model.proto.constraints)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return RawSolution(name, {}, None, None, None, None, wall, unit, n_vars, n_cons)
     value = round(solver.objective_value)
     bound = solver.best_objective_bound
+    if name == "OPTIMAL" and value > math.ceil(bound - 1e-6):
+        name = "FEASIBLE"  # CP-SAT says OPTIMAL when the gap limit stops it; only a closed gap is optimal
     chosen = v.extract(solver)
     if canonical:
-        chosen, extra = _canonical(model, v, data, objective, value, seed)
+        chosen, extra = _canonical(model, v, data, objective, value, seed, solver, time_limit_s)
         wall += extra
     objective_real, bound_real = value * resolution, bound * resolution
     gap = abs(objective_real - bound_real) / abs(objective_real) if objective_real else 0.0
     return RawSolution(name, chosen, value, objective_real, bound_real, gap, wall, unit, n_vars, n_cons)
 
 
-def _canonical(model: cp_model.CpModel, v: PlanVars, data: PlanningData, objective, value: int, seed: int) -> tuple[dict[int, int], float]:
-    """Hold the objective at its value and pick the canonical plan among the equally good ones."""
-    model.clear_hints()
+def _canonical(model: cp_model.CpModel, v: PlanVars, data: PlanningData, objective, value: int, seed: int,
+               incumbent: cp_model.CpSolver, time_limit_s: float) -> tuple[dict[int, int], float]:
+    """Hold the objective at its value and pick the canonical plan among the equally good ones.
+    The search starts from the plan found (a complete hint); if it cannot finish in its budget it
+    returns the best canonical plan it reached, which is never worse than that plan."""
+    _hint(model, v, incumbent)
     model.add(objective <= value)
     model.minimize(tie_break_objective(v, data))
     solver = cp_model.CpSolver()
-    set_parameters(solver, time_limit_s=5.0, seed=seed, workers=1)
+    set_parameters(solver, time_limit_s=min((1 - SEARCH_SHARE) * time_limit_s, TIE_BREAK_TIME_LIMIT_S), seed=seed, workers=1)
     status = solver.solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # cannot happen: the primary plan is feasible
-        raise RuntimeError(f"tie-break solve returned {solver.status_name(status)}")
-    return v.extract(solver), solver.wall_time
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return v.extract(solver), solver.wall_time
+    return v.extract(incumbent), solver.wall_time
 
 
 def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int]) -> list[Deployment]:
@@ -251,7 +273,8 @@ def solve(resolved: ResolvedProblem, *, time_limit_s: float | None = None, seed:
     workers = options.workers if workers is None else workers
     start = time.perf_counter()
     data, analyses = prepare(resolved, progress=progress)
-    raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers) if data.candidates else \
+    raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers,
+                     relative_gap_limit=options.relative_gap_limit) if data.candidates else \
         RawSolution("INFEASIBLE", {}, None, None, None, None, 0.0, "", 0, 0)
     deployments = _deployments(resolved, data, raw.chosen)
     stats = SolverStats(raw.status, raw.objective, raw.best_bound, raw.gap, raw.wall_time_s, time.perf_counter() - start,

@@ -1,0 +1,118 @@
+"""Solve-time benchmark: prints figures, asserts nothing (machines are noisy).
+
+Part 1: every bundled problem, solved `--repeats` times in fresh caches; median wall time of the
+CP-SAT solves and of the whole solve (candidates included), status and gap.
+Part 2: a generated fleet of 230 racks of four generations serving 12 workloads whose demand fills
+most of it (the rack budgets bind); problem size, the time CP-SAT takes to reach a 1% gap, and the
+status and gap at the 30 s limit.
+
+    python benchmarks/bench_solve.py [--repeats 5] [--workers 2]
+"""
+
+import argparse
+import statistics
+import time
+
+from ortools.sat.python import cp_model
+
+from planner import links
+from planner.paths import data_dir
+from planner.problem import load_problem, parse_problem, resolve_problem
+from planner.solve import prepare, solve, solve_data
+
+BIG_MODELS = ["llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b", "qwen3-32b", "mixtral-8x7b", "gpt-oss-120b", "deepseek-v3",
+              "llama-4-scout", "qwen3-235b-a22b", "gpt-oss-20b", "mixtral-8x22b", "llama-4-maverick"]
+
+
+def big_fleet_problem(n_workloads: int = 12) -> dict:
+    return {
+        "name": "generated-fleet",
+        "models": {m: m for m in BIG_MODELS[:n_workloads]},
+        "precisions": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"racks": [{"type": "gb200-nvl72", "count": 30}, {"type": "hgx-h100", "count": 100},
+                              {"type": "hgx-b200", "count": 60}, {"type": "mi300x-8", "count": 40}]},
+        "workloads": [{"name": f"w{i}-{m}", "model": m, "input_tokens": [1024, 2048, 4096, 8192][i % 4],
+                       "output_tokens": [256, 512][i % 2], "tpot_limit_ms": [40, 60, 80][i % 3], "ttft_limit_ms": 3000,
+                       "demand": {"output_tokens_per_s": 180_000 + 135_000 * i}}
+                      for i, m in enumerate(BIG_MODELS[:n_workloads])],
+        "solver": {"time_limit_s": 30},
+    }
+
+
+def _clear_caches() -> None:
+    links._CACHE.clear()
+    links._CLUSTERS.clear()
+
+
+def bench_bundled(repeats: int, workers: int) -> None:
+    print(f"{'problem':40s} {'status':10s} {'gap':>6s} {'cands':>6s} {'CP-SAT s (median)':>18s} {'total s (median)':>17s}")
+    medians = []
+    for path in sorted(data_dir("problems").glob("*.yaml")):
+        walls, totals, result = [], [], None
+        for _ in range(repeats):
+            _clear_caches()
+            resolved = resolve_problem(load_problem(path))
+            start = time.perf_counter()
+            result = solve(resolved, workers=workers, explain=False)
+            totals.append(time.perf_counter() - start)
+            walls.append(result.stats.wall_time_s)
+        gap = "-" if result.stats.gap is None else f"{result.stats.gap:.1%}"
+        medians.append(statistics.median(totals))
+        print(f"{path.stem:40s} {result.status:10s} {gap:>6s} {result.stats.n_candidates:6d} "
+              f"{statistics.median(walls):18.3f} {statistics.median(totals):17.3f}")
+    print(f"median over problems of the median total time: {statistics.median(medians):.3f} s; slowest: {max(medians):.3f} s")
+
+
+class _GapWatch(cp_model.CpSolverSolutionCallback):
+    """Records when the relative gap first falls under 1% (throttled: only copies two numbers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.start = time.perf_counter()
+        self.first_under_1pct_s = None
+
+    def on_solution_callback(self) -> None:
+        gap = (self.objective_value - self.best_objective_bound) / max(1.0, abs(self.objective_value))
+        if gap < 0.01 and self.first_under_1pct_s is None:
+            self.first_under_1pct_s = time.perf_counter() - self.start
+
+
+def bench_big(workers: int, time_limit_s: float) -> None:
+    raw = big_fleet_problem()
+    racks = sum(r["count"] for r in raw["cluster"]["racks"])
+    sizes = {"gb200-nvl72": 72, "hgx-h100": 8, "hgx-b200": 8, "mi300x-8": 8}
+    accelerators = sum(r["count"] * sizes[r["type"]] for r in raw["cluster"]["racks"])
+    _clear_caches()
+    start = time.perf_counter()
+    data, _ = prepare(resolve_problem(parse_problem(raw)))
+    enumeration = time.perf_counter() - start
+    watch = _GapWatch()
+    solution = solve_data(data, time_limit_s=time_limit_s, seed=0, workers=workers, callback=watch)
+    used = {}
+    for j, replicas in solution.chosen.items():
+        c = data.candidates[j]
+        used[c.rack_id] = used.get(c.rack_id, 0) + replicas * c.accelerators
+    print(f"generated fleet: {racks} racks of {len(raw['cluster']['racks'])} types ({accelerators} accelerators), "
+          f"{len(raw['workloads'])} workloads")
+    print(f"  model: {len(data.candidates)} candidates, {solution.n_variables} variables, {solution.n_constraints} constraints; "
+          f"candidates enumerated in {enumeration:.2f} s")
+    print(f"  accelerators used per rack type: " + ", ".join(f"{k} {used.get(k, 0)}/{sizes[k] * p.count}" for k, p in data.pools.items()))
+    first = "never" if watch.first_under_1pct_s is None else f"{watch.first_under_1pct_s:.2f} s"
+    print(f"  gap under 1% after {first}; at the {time_limit_s:g} s limit: status {solution.status}, "
+          f"objective {solution.objective:.6g} {solution.unit}, bound {solution.best_bound:.6g}, gap {solution.gap:.3%}, "
+          f"CP-SAT wall {solution.wall_time_s:.1f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--time-limit", type=float, default=30.0, help="CP-SAT limit for the generated fleet")
+    args = parser.parse_args()
+    bench_bundled(args.repeats, args.workers)
+    print()
+    bench_big(args.workers, args.time_limit)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""End-to-end solving: plans pass the independent check, runs are reproducible, time limits return
+the best plan with its gap, and infeasible problems are explained with numbers."""
+
+import json
+
+import pytest
+
+from planner.cli import main
+from planner.paths import data_dir
+from planner.plan_report import solve_record
+from planner.problem import load_problem, parse_problem, resolve_problem
+from planner.solve import solve
+from planner.validate import check_plan, score_plan
+
+FEASIBLE = sorted(p for p in data_dir("problems").glob("*.yaml") if not p.stem.startswith("infeasible"))
+
+
+def _solve(raw_or_path, **kwargs):
+    resolved = resolve_problem(load_problem(raw_or_path)) if not isinstance(raw_or_path, dict) else resolve_problem(parse_problem(raw_or_path))
+    return resolved, solve(resolved, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def solved():
+    return {path.stem: _solve(path) for path in FEASIBLE}
+
+
+@pytest.mark.parametrize("name", [p.stem for p in FEASIBLE])
+def test_bundled_plans_pass_the_independent_check(solved, name):
+    resolved, result = solved[name]
+    assert result.status == "OPTIMAL" and result.stats.gap == 0.0
+    record = solve_record(result)
+    assert check_plan(resolved, record) == []
+    score = score_plan(resolved, record)
+    assert score.usd_per_hour == pytest.approx(result.usd_per_hour, rel=1e-9)
+    if result.data.has_demand:  # the objective is the fleet's cost per hour, up to micro-dollar rounding
+        assert result.stats.objective == pytest.approx(score.usd_per_hour, abs=1e-6 * len(result.deployments))
+
+
+def test_a_corrupted_plan_is_caught(solved):
+    resolved, result = solved["llama-3.1-70b-hgx-h100"]
+    record = solve_record(result)
+    record["deployments"][0]["replicas"] = 1  # serves far less than the demand
+    record["deployments"][0]["tpot_s"] = 0.001  # and claims a figure the roofline does not give
+    problems = [str(v) for v in check_plan(resolved, record)]
+    assert any("demand" in p or "demanded" in p for p in problems)
+    assert any("tpot_s" in p for p in problems)
+    record = solve_record(result)
+    record["deployments"][0]["batch_per_replica"] = 100_000  # far beyond HBM
+    assert any("HBM" in str(v) for v in check_plan(resolved, record))
+
+
+def test_same_input_seed_and_workers_give_the_same_plan():
+    path = data_dir("problems") / "mixed-fleet-three-models.yaml"
+    plans = []
+    for workers in (2, 2, 1):
+        _, result = _solve(path, seed=7, workers=workers, explain=False)
+        record = solve_record(result)
+        plans.append([(d["workload"], d["rack"], d["tp"], d["ep"], d["pp"], d["dp_attn"], d["batch_per_replica"], d["replicas"])
+                      for d in record["deployments"]])
+    assert plans[0] == plans[1]
+    assert plans[0] == plans[2]  # the canonical tie-break makes the proven optimum independent of the worker count
+
+
+def _big_problem(n_workloads: int = 10) -> dict:
+    models = ["llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b", "qwen3-32b", "mixtral-8x7b", "gpt-oss-120b", "deepseek-v3",
+              "llama-4-scout", "qwen3-235b-a22b", "gpt-oss-20b"]
+    return {
+        "name": "big",
+        "models": {m: m for m in models[:n_workloads]},
+        "precisions": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"racks": [{"type": "gb200-nvl72", "count": 20}, {"type": "hgx-h100", "count": 120},
+                              {"type": "hgx-b200", "count": 60}, {"type": "mi300x-8", "count": 40}]},
+        "workloads": [{"name": f"w{i}", "model": m, "input_tokens": 2048, "output_tokens": 512, "tpot_limit_ms": 60,
+                       "ttft_limit_ms": 3000, "demand": {"output_tokens_per_s": 20000 + 7000 * i}}
+                      for i, m in enumerate(models[:n_workloads])],
+    }
+
+
+def test_a_time_limit_returns_the_best_plan_with_its_gap():
+    resolved, result = _solve(_big_problem(), time_limit_s=0.05, explain=False)
+    assert result.status in ("OPTIMAL", "FEASIBLE")
+    s = result.stats
+    assert s.objective is not None and s.best_bound is not None and s.gap is not None
+    assert s.best_bound <= s.objective + 1e-9 and s.gap >= 0.0
+    assert check_plan(resolved, solve_record(result)) == []
+
+
+def test_explanations_name_binding_limits_dominant_terms_and_the_runner_up(solved):
+    _, result = solved["mixed-fleet-three-models"]
+    lines = result.explanation.lines()
+    assert all(any(w in line for line in lines) for w in ("chat", "assistant", "summarise"))
+    assert any("binds" in d.binding for d in result.explanation.deployments)
+    assert any("dominates the decode step" in d.dominant for d in result.explanation.deployments)
+    alternative = result.explanation.alternative
+    assert alternative is not None and alternative.delta_fraction >= 0.0  # the plan was optimal
+
+
+def test_infeasible_demand_against_racks_names_both_with_numbers():
+    resolved, result = _solve(data_dir("problems") / "infeasible-llama-3.1-70b-demand.yaml")
+    assert result.status == "INFEASIBLE" and not result.deployments
+    (conflict,) = result.infeasibility.conflicts
+    assert conflict.families == ("demand[chat]", "racks[hgx-h100]")
+    assert "20k/s" in conflict.message and "32 accelerators" in conflict.message
+    fix = next(r for r in conflict.relax if "count" in r)
+    needed = int(fix.rsplit(" ", 1)[1])
+    raw = load_problem(data_dir("problems") / "infeasible-llama-3.1-70b-demand.yaml").model_dump(mode="json", exclude_none=True)
+    for count, feasible in ((needed, True), (needed - 1, False)):  # the suggested fix is the least that works
+        raw["cluster"]["racks"][0]["count"] = count
+        assert _solve(raw, explain=False)[1].has_plan == feasible
+
+
+def test_infeasible_hbm_says_how_big_the_weights_and_the_domain_are():
+    raw = {"model": "deepseek-v3", "precisions": {"weights": "bf16"}, "cluster": {"racks": [{"type": "hgx-h100", "count": 1}]},
+           "workloads": [{"name": "chat", "input_tokens": 1024, "output_tokens": 128}]}
+    _, result = _solve(raw)
+    (conflict,) = result.infeasibility.conflicts
+    assert conflict.families == ("hbm",)
+    # 671.03e9 parameters x 2 bytes = 1.34 TB; 8 x 80 GB = 640 GB
+    assert "1.34 TB" in conflict.message and "640 GB" in conflict.message
+
+
+def test_infeasible_tpot_says_how_far_the_limit_is():
+    raw = {"model": "llama-3.1-70b", "cluster": {"racks": [{"type": "hgx-h100", "count": 1}]},
+           "workloads": [{"name": "chat", "input_tokens": 1024, "output_tokens": 128, "tpot_limit_ms": 2}]}
+    _, result = _solve(raw)
+    (conflict,) = result.infeasibility.conflicts
+    assert conflict.families == ("tpot[chat]",)
+    assert "raise workloads[chat].tpot_limit_ms to at least" in conflict.relax[0]
+
+
+def test_cli_solve_writes_the_documented_json(tmp_path):
+    out = tmp_path / "plan.json"
+    assert main(["solve", "llama-3.1-70b-hgx-h100", "--json", str(out), "--seed", "3", "--workers", "2"]) == 0
+    record = json.loads(out.read_text())
+    assert record["status"] == "OPTIMAL"
+    assert {"wall_time_s", "objective", "best_bound", "gap"} <= set(record["solver"])
+    for d in record["deployments"]:
+        assert {"workload", "model", "rack", "accelerator", "tp", "ep", "pp", "replicas", "batch_per_replica", "accelerators",
+                "tpot_s", "ttft_s", "output_tokens_per_s_per_accelerator", "usd_per_million_output_tokens", "step_time_s",
+                "memory_bytes_per_accelerator"} <= set(d)
+    assert main(["solve", "infeasible-llama-3.1-70b-demand", "--json", str(out)]) == 3
+    assert json.loads(out.read_text())["infeasibility"]["conflicts"]
+    assert main(["solve", "no-such-problem"]) == 2
