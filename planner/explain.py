@@ -55,7 +55,7 @@ class PlanExplanation:
         for r in self.racks:
             if r.relative_to_chosen is not None:
                 out.append(f"{r.workload} on {r.rack}: best is {r.best} at {format_usd(r.usd_per_million_output_tokens)}/M output "
-                           f"tokens ({r.relative_to_chosen:.2f}x the chosen)")
+                           f"tokens ({r.relative_to_chosen:.2f}x the plan's blended cost for {r.workload})")
             else:
                 out.append(f"{r.workload} on {r.rack}: {r.best}")
         if self.alternative is not None:
@@ -113,8 +113,9 @@ def _racks(result) -> list[RackComparison]:
     """For every workload and rack type, the cheapest layout per token and how it compares."""
     comparisons = []
     for w in result.problem.workloads:
-        chosen = [d.candidate for d in result.deployments if d.candidate.workload == w.name]
-        reference = min((c.usd_per_million_output_tokens for c in chosen), default=None)
+        chosen = [d for d in result.deployments if d.candidate.workload == w.name]
+        tokens = sum(d.output_tokens_per_s for d in chosen)
+        reference = sum(d.usd_per_hour for d in chosen) / 3600.0 / tokens * 1e6 if tokens else None  # the plan's blended $/M
         for (workload, rack_id), analysis in result.analyses.items():
             if workload != w.name:
                 continue
