@@ -59,7 +59,7 @@ class Candidate:
     hbm_fill_fraction: float
     dominant_term: str
     batch_limit: str  # what stopped the batch growing: hbm, tpot, ttft or max_batch (or 'ladder')
-    spans_domains: bool
+    spans_domains: bool  # a tensor or expert group crosses scale-up domains (its traffic at scale-out speed)
     notes: tuple[str, ...] = ()
 
     @property
@@ -248,7 +248,8 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
             analysis.reject(_limit_reason(grid, workload, 0))
             continue
         table, best, reason = found
-        spans = default_replica_links(rack, layout, overheads.collective_latency_s).n_scale_up_domains > 1 and layout.stage_size > 1
+        links = default_replica_links(rack, layout, overheads.collective_latency_s)
+        spans = links.tp.spans_domains or links.stage.spans_domains  # pipeline stages may sit in different racks
         analysis.candidates.append(_candidate(inp, workload, table, best, reason, spans, notes))
         if settings.keep_batch_ladder:
             ladder = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, int(table.batches[best])))

@@ -25,8 +25,10 @@ def deployment_record(d: Deployment) -> dict:
         "pp": c.layout.pp,
         "dp_attn": c.layout.dp_attn,
         "expert_tp": c.layout.expert_tp,
+        "micro_batches": c.layout.pp,  # one micro-batch in flight per pipeline stage
         "replicas": d.replicas,
         "batch_per_replica": c.batch,
+        "groups_span_domains": c.spans_domains,
         "accelerators": d.accelerators,
         "accelerators_per_replica": c.accelerators,
         "output_tokens_per_s": d.output_tokens_per_s,

@@ -142,3 +142,20 @@ def test_cli_solve_writes_the_documented_json(tmp_path):
     assert main(["solve", "infeasible-llama-3.1-70b-demand", "--json", str(out)]) == 3
     assert json.loads(out.read_text())["infeasibility"]["conflicts"]
     assert main(["solve", "no-such-problem"]) == 2
+
+
+def test_groups_span_domains_only_when_allowed_and_then_pay_scale_out():
+    from planner.solve import prepare
+
+    found = {}
+    for allowed in (False, True):
+        raw = {"model": "deepseek-v3", "precisions": {"weights": "fp8", "kv_cache": "fp8"},
+               "cluster": {"racks": [{"type": "hgx-h100", "count": 4}], "allow_spanning_domains": allowed},
+               "workloads": [{"name": "chat", "input_tokens": 2048, "output_tokens": 256, "tpot_limit_ms": 100}]}
+        _, analyses = prepare(resolve_problem(parse_problem(raw)))
+        found[allowed] = [c for c in analyses[("chat", "hgx-h100")].candidates if c.spans_domains]
+    assert found[False] == []
+    assert found[True] and all(c.stage_size > 8 for c in found[True])
+    # an EP16 group over two boxes moves its all-to-all over 50 GB/s NICs: communication dominates
+    ep16 = next(c for c in found[True] if c.layout.ep == 16 and c.layout.pp == 1)
+    assert ep16.dominant_term == "comm"
