@@ -96,7 +96,7 @@ def bench_big(workers: int, time_limit_s: float) -> None:
           f"{len(raw['workloads'])} workloads")
     print(f"  model: {len(data.candidates)} candidates, {solution.n_variables} variables, {solution.n_constraints} constraints; "
           f"candidates enumerated in {enumeration:.2f} s")
-    print(f"  accelerators used per rack type: " + ", ".join(f"{k} {used.get(k, 0)}/{sizes[k] * p.count}" for k, p in data.pools.items()))
+    print("  accelerators used per rack type: " + ", ".join(f"{k} {used.get(k, 0)}/{sizes[k] * p.count}" for k, p in data.pools.items()))
     first = "never" if watch.first_under_1pct_s is None else f"{watch.first_under_1pct_s:.2f} s"
     print(f"  gap under 1% after {first}; at the {time_limit_s:g} s limit: status {solution.status}, "
           f"objective {solution.objective:.6g} {solution.unit}, bound {solution.best_bound:.6g}, gap {solution.gap:.3%}, "

@@ -216,18 +216,16 @@ def _add_estimate(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_estimate)
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
+def _positive(kind: type) -> object:
+    """argparse type: a number of `kind` greater than zero."""
 
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
+    return parse
 
 
 def _add_solve(sub: argparse._SubParsersAction) -> None:
@@ -236,9 +234,9 @@ def _add_solve(sub: argparse._SubParsersAction) -> None:
                                    "replica counts, and explain the plan. Exit code 0 with a plan, 2 for bad input, 3 when infeasible.")
     p.add_argument("problem", help="problem file, or the name of a bundled problem (see problems/)")
     p.add_argument("--json", metavar="PATH", help="write the plan as JSON (SI units)")
-    p.add_argument("--time-limit", type=_positive_float, default=None, help="CP-SAT time limit in seconds (default: the problem's)")
+    p.add_argument("--time-limit", type=_positive(float), default=None, help="CP-SAT time limit in seconds (default: the problem's)")
     p.add_argument("--seed", type=int, default=None, help="CP-SAT random seed (default: the problem's)")
-    p.add_argument("--workers", type=_positive_int, default=None, help="CP-SAT worker threads (default: the problem's)")
+    p.add_argument("--workers", type=_positive(int), default=None, help="CP-SAT worker threads (default: the problem's)")
     p.set_defaults(func=_cmd_solve)
 
 
