@@ -13,20 +13,20 @@ import numpy as np
 from planner.precision import Precision
 
 __all__ = [
-    "AttentionKind",
     "Attention",
+    "AttentionKind",
+    "LayerParams",
     "MoE",
-    "PublishedCounts",
     "ModelArch",
     "ParamCounts",
-    "LayerParams",
-    "param_counts",
-    "layer_params",
-    "kv_bytes_per_token_per_layer",
-    "kv_bytes_per_token",
-    "kv_bytes_per_sequence",
+    "PublishedCounts",
     "attention_flops_per_context_token",
+    "kv_bytes_per_sequence",
+    "kv_bytes_per_token",
+    "kv_bytes_per_token_per_layer",
+    "layer_params",
     "layer_windows",
+    "param_counts",
 ]
 
 SWIGLU_MATRICES = 3  # gate, up and down projections of a gated (SwiGLU) MLP

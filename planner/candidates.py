@@ -10,7 +10,7 @@ Step 3 keeps, per rack type, the candidates no other candidate beats on every ax
 """
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +23,7 @@ from planner.links import default_replica_links
 from planner.problem import PrecisionSpec, ResolvedWorkload, resolve_precisions
 from planner.roofline import OverlapPolicy
 
-__all__ = ["Candidate", "RackAnalysis", "CandidateSettings", "analyse_rack", "enumerate_layouts", "pareto_prune"]
+__all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "pareto_prune"]
 
 MAX_PIPELINE_STAGES = 16
 EXTRA_PIPELINE_DOUBLINGS = 2  # also try 2x and 4x the fewest stages that hold the weights
@@ -38,6 +38,7 @@ class CandidateSettings:
     max_batch_per_replica: int = 65536
     allow_spanning_domains: bool = False
     keep_batch_ladder: bool = False  # also keep smaller batches (for latency objectives and frontiers)
+    redundant_experts_per_rank: int = 0
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def enumerate_layouts(arch: ModelArch, rack: RackType, precisions: Precisions, o
 
 
 def _batch_grid(granularity: int, max_batch: int) -> np.ndarray:
-    multiples = sorted({int(round(step * 2**k)) for k in range(0, 40) for step in GRID_STEPS if step * 2**k * granularity <= max_batch})
+    multiples = sorted({round(step * 2**k) for k in range(40) for step in GRID_STEPS if step * 2**k * granularity <= max_batch})
     return np.array([m * granularity for m in multiples], dtype=float)
 
 
@@ -223,8 +224,10 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
 
 
 def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType, workload: ResolvedWorkload,
-                 overheads: Overheads, settings: CandidateSettings, max_accelerators: int | None) -> RackAnalysis:
-    """All candidates for `workload` on `rack`, and the reasons other layouts were rejected."""
+                 overheads: Overheads, settings: CandidateSettings, max_accelerators: int | None,
+                 expert_imbalance: Callable[[int], float] = lambda ep: 1.0) -> RackAnalysis:
+    """All candidates for `workload` on `rack`, and the reasons other layouts were rejected.
+    `expert_imbalance(ep)` is the hottest rank's expert load over the mean for `ep` ranks."""
     precisions, notes = resolve_precisions(precision_spec, arch, rack.accelerator)
     analysis = RackAnalysis(workload.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes)
     max_stage = rack.n_accelerators if not settings.allow_spanning_domains else max(rack.n_accelerators, max_accelerators or 1024)
@@ -234,8 +237,11 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
         if layout_issues(arch, layout, layout.pp * layout.dp_attn):
             analysis.reject("invalid")
             continue
+        spread = arch.is_moe and layout.ep > 1
         inp = DeploymentInputs(arch, rack, layout, layout.pp * layout.dp_attn, workload.input_tokens, workload.output_tokens,
-                               precisions, overheads, settings.overlap, settings.prefill_chunk_tokens, notes)
+                               precisions, overheads, settings.overlap, settings.prefill_chunk_tokens, notes,
+                               expert_imbalance(layout.ep) if spread else 1.0,
+                               settings.redundant_experts_per_rank if spread else 0)
         grid = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica))
         analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
         if not grid.fits[0]:

@@ -20,13 +20,19 @@ from planner.hardware import HardwareCatalog, load_hardware_catalog
 from planner.model_catalog import load_model_catalog
 from planner.paths import data_dir
 from planner.precision import Precision
-from planner.problem import PrecisionSpec, load_problem, problem_json_schema, resolve_precisions, resolve_problem
+from planner.problem import (
+    PrecisionSpec,
+    load_problem,
+    problem_json_schema,
+    resolve_precisions,
+    resolve_problem,
+)
 from planner.report import estimate_record, render_estimate
 from planner.roofline import OverlapPolicy
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
+EXIT_OK, EXIT_INVALID_PLAN, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
 _FLAG_OF_FIELD = {"layout.tp": "--tp", "layout.ep": "--ep", "layout.pp": "--pp", "layout.dp_attn": "--dp-attn", "layout.batch": "--batch"}
 
 
@@ -138,6 +144,80 @@ def _cmd_solve(args: argparse.Namespace, console: Console) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# plans: export, check, view
+
+
+def load_plan(text: str) -> tuple[dict, Path]:
+    """A plan JSON written by `planner solve --json`, checked for the fields every command needs."""
+    path = Path(text)
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PlannerInputError(InputIssue(text, "file not found", "pass the JSON written by `planner solve PROBLEM --json PATH`")) from None
+    except json.JSONDecodeError as exc:
+        raise PlannerInputError(InputIssue(text, f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}",
+                                           "pass the JSON written by `planner solve --json`")) from None
+    if not isinstance(record, dict) or record.get("format") != "llm-deployment-plan":
+        raise PlannerInputError(InputIssue(text, "not a plan written by `planner solve --json`", "solve a problem with --json PATH first"))
+    if record.get("format_version") != 1:
+        raise PlannerInputError(InputIssue(f"{text}: format_version", f"version {record.get('format_version')} is not supported",
+                                           "re-solve the problem with this planner version"))
+    if not record.get("deployments"):
+        raise PlannerInputError(InputIssue(f"{text}: deployments", f"the plan has no deployments (status {record.get('status')})",
+                                           "solve a feasible problem first"))
+    return record, path
+
+
+def _resolved_from_plan(record: dict, path: Path):
+    from planner.problem import parse_problem
+
+    if "problem_spec" not in record:
+        raise PlannerInputError(InputIssue(f"{path}: problem_spec", "missing", "re-solve the problem: plans embed their problem"))
+    base = Path(record.get("problem_dir") or path.parent)
+    return resolve_problem(parse_problem(record["problem_spec"], source=f"{path}: problem_spec"), base_dir=base, source=str(path))
+
+
+def _cmd_export(args: argparse.Namespace, console: Console) -> int:
+    from planner.export import export_plan
+
+    record, _ = load_plan(args.plan)
+    text = export_plan(record, args.format)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text)
+        console.print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace, console: Console) -> int:
+    from planner.validate import check_plan
+
+    record, path = load_plan(args.plan)
+    resolved = _resolved_from_plan(record, path)
+    violations = check_plan(resolved, record, placement=True)
+    if not violations:
+        n = sum(len(d.get("placement", [])) for d in record["deployments"])
+        console.print(f"[green]valid[/green]: {len(record['deployments'])} deployments on {n} accelerators; HBM, latency limits, "
+                      "demand, racks, placement and expert maps re-derived from the problem and the roofline")
+        return EXIT_OK
+    err = Console(stderr=True, width=140, highlight=False)
+    err.print(f"{path}: {len(violations)} problem(s):", markup=False)
+    for v in violations:
+        err.print(f"  - {v}", markup=False)
+    return EXIT_INVALID_PLAN
+
+
+def _cmd_view(args: argparse.Namespace, console: Console) -> int:
+    from planner.plan_view import render_placement
+
+    record, _ = load_plan(args.plan)
+    render_placement(record, console, args.rack)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
 # schema and catalog
 
 
@@ -240,12 +320,33 @@ def _add_solve(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_solve)
 
 
+def _add_plan_commands(sub: argparse._SubParsersAction) -> None:
+    from planner.export import FORMATS
+
+    export = sub.add_parser("export", help="export a solved plan for a serving stack",
+                            description="Write the plan's placement (json) or launch scripts for vLLM, SGLang or TensorRT-LLM.")
+    export.add_argument("plan", help="plan JSON written by `planner solve --json`")
+    export.add_argument("--format", choices=FORMATS, default="json", help="json: placement document; others: a launch script")
+    export.add_argument("-o", "--output", help="write to a file instead of standard output")
+    export.set_defaults(func=_cmd_export)
+    check = sub.add_parser("check", help="verify a plan independently of the solver (exit 0 valid, 1 invalid)",
+                           description="Reload a plan and re-derive everything from its problem and the roofline: HBM, latency "
+                                       "limits, demand, rack packing, accelerator placement and expert maps.")
+    check.add_argument("plan", help="plan JSON written by `planner solve --json`")
+    check.set_defaults(func=_cmd_check)
+    view = sub.add_parser("view", help="show a plan's placement rack by rack")
+    view.add_argument("plan", help="plan JSON written by `planner solve --json`")
+    view.add_argument("--rack", help="only this rack instance (gb200-nvl72#0) or rack type")
+    view.set_defaults(func=_cmd_view)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="planner", description="Plan LLM deployments on clusters and cost each token.")
     parser.add_argument("--version", action="version", version=f"planner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_solve(sub)
     _add_estimate(sub)
+    _add_plan_commands(sub)
     schema = sub.add_parser("schema", help="print the JSON Schema of problem files")
     schema.add_argument("-o", "--output", help="write to a file instead of standard output")
     schema.set_defaults(func=_cmd_schema)

@@ -2,7 +2,7 @@
 
 from planner.units import SECONDS_PER_HOUR
 
-__all__ = ["usd_per_s", "usd_per_million_tokens", "replica_seconds_per_request", "TOKENS_PER_MILLION"]
+__all__ = ["TOKENS_PER_MILLION", "replica_seconds_per_request", "usd_per_million_tokens", "usd_per_s"]
 
 TOKENS_PER_MILLION = 1e6
 

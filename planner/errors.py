@@ -12,9 +12,9 @@ __all__ = [
     "InputIssue",
     "PlannerInputError",
     "closest_names",
-    "unknown_name_issue",
     "issues_from_validation_error",
     "load_yaml_file",
+    "unknown_name_issue",
 ]
 
 

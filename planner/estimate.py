@@ -23,7 +23,12 @@ from planner.architecture import (
 from planner.cost import replica_seconds_per_request, usd_per_million_tokens, usd_per_s
 from planner.deployment import Layout, Precisions
 from planner.hardware import Overheads, RackType
-from planner.links import EffectiveLinks, ReplicaLinks, default_replica_links, effective_links
+from planner.links import (
+    EffectiveLinks,
+    ReplicaLinks,
+    default_replica_links,
+    effective_links,
+)
 from planner.memory import (
     MemoryUse,
     activation_bytes_per_accelerator,
@@ -34,7 +39,6 @@ from planner.memory import (
 from planner.roofline import (
     OverlapPolicy,
     StepTime,
-    step_total_s,
     all_reduce_time_s,
     all_to_all_time_s,
     causal_attention_pairs,
@@ -43,10 +47,11 @@ from planner.roofline import (
     matmul_flops,
     memory_time_s,
     point_to_point_time_s,
+    step_total_s,
 )
 from planner.units import SECONDS_PER_HOUR
 
-__all__ = ["DeploymentInputs", "Estimate", "BatchTable", "estimate", "evaluate_batches", "stage_of_layer", "DEFAULT_PREFILL_CHUNK_TOKENS"]
+__all__ = ["DEFAULT_PREFILL_CHUNK_TOKENS", "BatchTable", "DeploymentInputs", "Estimate", "estimate", "evaluate_batches", "stage_of_layer"]
 
 WORST_CASE_QUEUE_DEPARTURES = 2  # claim 3: a request waits at most about two batch departures
 DEFAULT_PREFILL_CHUNK_TOKENS = 8192  # tokens per prefill forward pass (serving engines' chunked-prefill budget)
@@ -69,6 +74,15 @@ class DeploymentInputs:
     overlap: OverlapPolicy = OverlapPolicy.SERIAL
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
     notes: tuple[str, ...] = ()  # extra assumptions to state (precision fall-backs, ...)
+    expert_imbalance: float = 1.0  # hottest expert-parallel rank's load over the mean (from the expert placement)
+    redundant_experts_per_rank: int = 0  # extra expert copies each expert-parallel rank holds
+
+    @property
+    def expert_slot_factor(self) -> float:
+        """Expert weights an accelerator holds relative to an even split without redundant copies."""
+        if not self.arch.is_moe or self.layout.ep == 1:
+            return 1.0
+        return 1.0 + self.redundant_experts_per_rank * self.layout.ep / self.arch.moe.n_routed_experts
 
 
 @dataclass(frozen=True)
@@ -157,7 +171,7 @@ class _Stages:
 @functools.lru_cache(maxsize=256)
 def _stages(arch: ModelArch, pp: int) -> _Stages:
     layer_to_stage = stage_of_layer(arch.n_layers, pp)
-    per = lambda values: np.bincount(layer_to_stage, weights=values, minlength=pp)  # noqa: E731
+    per = lambda values: np.bincount(layer_to_stage, weights=values, minlength=pp)
     params = layer_params(arch)
     counts = param_counts(arch)
     first, last = np.arange(pp) == 0, np.arange(pp) == pp - 1
@@ -192,7 +206,7 @@ def _comm_s(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, tokens_per_
     if moe_exchange:
         copies = arch.moe.experts_per_token if lay.ep > 1 else 1
         remote = (lay.stage_size - 1) / lay.stage_size
-        per_member = tokens_per_stage / lay.stage_size * copies * lay.expert_tp * hidden_bytes * remote
+        per_member = tokens_per_stage / lay.stage_size * copies * lay.expert_tp * hidden_bytes * remote * inp.expert_imbalance
         one_way = all_to_all_time_s(per_member, lay.stage_size, eff.stage_injection_bytes_per_s, eff.stage_bisection_bytes_per_s, eff.latency_s)
         comm = comm + st.n_moe_layers * DISPATCH_AND_COMBINE * one_way
     if lay.pp > 1:
@@ -217,10 +231,10 @@ def _decode_terms(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, flops
     windows = layer_windows(arch)
     attention = st.per_stage(attention_flops_per_context_token(arch, absorbed=True) * np.minimum(mean_context, windows))
     flops = (matmul_flops(st.dense_params + st.head_params, per_rank) + attention * per_rank) / lay.tp
-    flops = flops + matmul_flops(st.routed_active_params, micro_batch) / lay.stage_size
+    flops = flops + matmul_flops(st.routed_active_params, micro_batch) / lay.stage_size * inp.expert_imbalance
     touch = _touch(arch, micro_batch)
-    weights = weight_bytes_per_accelerator(st.dense_params + st.head_params, st.routed_total_params * touch, lay.tp,
-                                           lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
+    weights = weight_bytes_per_accelerator(st.dense_params + st.head_params, st.routed_total_params * touch * inp.expert_slot_factor,
+                                           lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
     kv = kv_bytes_per_accelerator(per_rank, st.per_stage(kv_bytes_per_sequence(arch, mean_context, prec.kv_bytes)),
                                   kv_shard_fraction(arch, lay.tp))
     comm = _comm_s(inp, st, eff, per_rank, micro_batch)
@@ -237,10 +251,10 @@ def _prefill_stages(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, flo
     windows = layer_windows(arch)
     pairs = st.per_stage(attention_flops_per_context_token(arch, absorbed=False) * causal_attention_pairs(prompt, windows)) / n_chunks
     flops = (matmul_flops(st.dense_params, chunk) + matmul_flops(st.head_params, 1) + pairs) / lay.tp
-    flops = flops + matmul_flops(st.routed_active_params, per_stage_tokens[0]) / lay.stage_size
+    flops = flops + matmul_flops(st.routed_active_params, per_stage_tokens[0]) / lay.stage_size * inp.expert_imbalance
     touch = _touch(arch, per_stage_tokens[0])
-    weights = weight_bytes_per_accelerator(st.dense_params + st.head_params, st.routed_total_params * touch, lay.tp,
-                                           lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
+    weights = weight_bytes_per_accelerator(st.dense_params + st.head_params, st.routed_total_params * touch * inp.expert_slot_factor,
+                                           lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
     mean_prior_context = (prompt - chunk) / 2  # a chunk reads the cache of the chunks before it
     kv_tokens = chunk + np.minimum(mean_prior_context, windows)
     kv = st.per_stage(kv_bytes_per_token_per_layer(arch, prec.kv_bytes) * kv_tokens) * kv_shard_fraction(arch, lay.tp)
@@ -254,8 +268,8 @@ def _memory(inp: DeploymentInputs, st: _Stages, chunk: int, batches: np.ndarray)
     """HBM use of the fullest stage's accelerators for each batch: weights, KV, activations (n,)."""
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     per_rank = (batches / lay.dp_attn)[:, None]
-    weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params, lay.tp,
-                                           lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes) * np.ones_like(per_rank)
+    weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params * inp.expert_slot_factor,
+                                           lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes) * np.ones_like(per_rank)
     max_context = inp.input_tokens + inp.output_tokens
     kv = kv_bytes_per_accelerator(per_rank, st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes)),
                                   kv_shard_fraction(arch, lay.tp))
@@ -376,22 +390,24 @@ def _assumptions(inp: DeploymentInputs, chunk: int, touch: float, flops_per_s: f
     accel, prec = inp.rack.accelerator, inp.precisions
     fmt = prec.compute
     notes = [
-        f"compute at {fmt} tensor-core rate x achievable fraction {accel.compute_fraction_by_format[fmt]:.3f} = "
-        f"{flops_per_s / 1e12:.0f} TFLOP/s per accelerator",
-        f"HBM at {accel.hbm_bandwidth_fraction:.2f} of peak = {bw / 1e12:.2f} TB/s; scale-up links at "
-        f"{accel.scale_up_bandwidth_fraction:.2f}, scale-out at {accel.scale_out_bandwidth_fraction:.2f} of peak",
-        f"decode KV reads use the mean context {inp.input_tokens + inp.output_tokens / 2:g} tokens (input + output/2); "
-        f"HBM reserves the full {inp.input_tokens + inp.output_tokens} tokens per sequence",
+        (f"compute at {fmt} tensor-core rate x achievable fraction {accel.compute_fraction_by_format[fmt]:.3f} = "
+        f"{flops_per_s / 1e12:.0f} TFLOP/s per accelerator"),
+        (f"HBM at {accel.hbm_bandwidth_fraction:.2f} of peak = {bw / 1e12:.2f} TB/s; scale-up links at "
+        f"{accel.scale_up_bandwidth_fraction:.2f}, scale-out at {accel.scale_out_bandwidth_fraction:.2f} of peak"),
+        (f"decode KV reads use the mean context {inp.input_tokens + inp.output_tokens / 2:g} tokens (input + output/2); "
+        f"HBM reserves the full {inp.input_tokens + inp.output_tokens} tokens per sequence"),
         f"communication is {'overlapped with' if inp.overlap is OverlapPolicy.OVERLAPPED else 'added to'} the compute/memory roofline",
-        f"TTFT = {WORST_CASE_QUEUE_DEPARTURES} decode departures of queueing (worst case, claim 3) + prefill in chunks of "
-        f"{chunk} tokens per attention rank, pipelined over {inp.layout.pp} stage(s)",
+        (f"TTFT = {WORST_CASE_QUEUE_DEPARTURES} decode departures of queueing (worst case, claim 3) + prefill in chunks of "
+        f"{chunk} tokens per attention rank, pipelined over {inp.layout.pp} stage(s)"),
         f"price ${accel.price_usd_per_hour:.2f}/h per {accel.id} (estimate: {accel.price_basis})",
-        "the scale-out network is a non-blocking fabric; collectives pay "
-        f"{links.latency_s * 1e6:.0f} us fixed latency each",
+        ("the scale-out network is a non-blocking fabric; collectives pay "
+        f"{links.latency_s * 1e6:.0f} us fixed latency each"),
     ]
     notes.extend(inp.notes)
     if inp.arch.is_moe:
-        notes.append(f"routing is uniform: a decode step touches {touch:.1%} of each MoE layer's experts (1-(1-k/E)^b)")
+        notes.append(f"a decode step touches {touch:.1%} of each MoE layer's experts (1-(1-k/E)^b, routing independent per token)")
+        notes.append(f"expert load: the hottest expert-parallel rank carries {inp.expert_imbalance:.3f}x the mean"
+                     + (f"; {inp.redundant_experts_per_rank} redundant expert copies per rank" if inp.redundant_experts_per_rank else ""))
     return tuple(notes)
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from planner.units import format_rate, format_seconds, format_usd
 
-__all__ = ["DeploymentExplanation", "RackComparison", "Alternative", "PlanExplanation", "explain_plan"]
+__all__ = ["Alternative", "DeploymentExplanation", "PlanExplanation", "RackComparison", "explain_plan"]
 
 LIMIT_SENTENCES = {
     "hbm": "HBM capacity binds: batch {batch} is the largest whose weights, KV cache and activations fit",

@@ -7,21 +7,33 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
-from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error, load_yaml_file
+from planner.errors import (
+    InputIssue,
+    PlannerInputError,
+    issues_from_validation_error,
+    load_yaml_file,
+)
 from planner.paths import data_dir
 from planner.precision import FLOPS_FORMATS_NARROW_TO_WIDE, FlopsFormat
 from planner.units import GB, TB
 
 __all__ = [
     "Accelerator",
+    "AcceleratorSpec",
+    "HardwareCatalog",
+    "Overheads",
+    "RackSpec",
     "RackType",
     "ScaleUpTopology",
-    "Overheads",
-    "HardwareCatalog",
-    "AcceleratorSpec",
-    "RackSpec",
     "load_hardware_catalog",
 ]
 
@@ -139,11 +151,15 @@ class RackSpec(EdgeModel):
     name: str = Field(description="full name")
     accelerator: str = Field(description="accelerator id (catalog or the problem's custom_accelerators)")
     accelerators: int = Field(ge=1, le=100_000, description="accelerators in one scale-up domain")
+    accelerators_per_host: int | None = Field(default=None, ge=1, description="accelerators one host (server, compute tray, TPU VM) drives; default: all")
     scale_up: ScaleUpSpec = Field(description="how the accelerators of the unit are linked")
     sources: dict[str, str] = Field(default_factory=dict, description="citation key for each numeric field")
 
     @model_validator(mode="after")
     def _shape(self) -> "RackSpec":
+        if self.accelerators_per_host is not None and self.accelerators % self.accelerators_per_host:
+            raise ValueError(f"{self.accelerators} accelerators do not split into hosts of {self.accelerators_per_host}"
+                             "\n    fix: accelerators_per_host must divide accelerators")
         if isinstance(self.scale_up, TorusScaleUp):
             product = 1
             for side in self.scale_up.dims:
@@ -207,6 +223,11 @@ class RackType:
     accelerator: Accelerator
     n_accelerators: int
     topology: ScaleUpTopology
+    accelerators_per_host: int = 0  # 0: one host drives the whole unit
+
+    @property
+    def host_size(self) -> int:
+        return self.accelerators_per_host or self.n_accelerators
 
 
 @dataclass(frozen=True)
@@ -335,7 +356,7 @@ def _rack_from_spec(spec: RackSpec, accelerators: Mapping[str, Accelerator]) -> 
         topology = ScaleUpTopology("torus", tuple(up.dims), up.wraparound, axis)
     else:
         topology = ScaleUpTopology(up.kind)
-    return RackType(spec.id, spec.name, accelerators[spec.accelerator], spec.accelerators, topology)
+    return RackType(spec.id, spec.name, accelerators[spec.accelerator], spec.accelerators, topology, spec.accelerators_per_host or 0)
 
 
 class _AcceleratorFile(EdgeModel):

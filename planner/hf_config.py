@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error
 from planner.model_catalog import ModelSpec
 
-__all__ = ["spec_from_hf_config", "load_hf_config"]
+__all__ = ["load_hf_config", "spec_from_hf_config"]
 
 LLAMA4_NO_ROPE_LAYER_INTERVAL = 4  # transformers Llama4TextConfig default: every 4th layer is global (NoPE)
 OUTPUT_BIAS_FOLLOWS_ATTENTION_BIAS = {"llama", "mistral", "mixtral", "gpt_oss", "llama4_text", "llama4"}

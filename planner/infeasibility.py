@@ -17,7 +17,7 @@ from planner.model_builder import PlanningData, RackPool, build_model
 from planner.precision import bytes_per_value
 from planner.units import format_bytes, format_rate, format_seconds, format_usd
 
-__all__ = ["Conflict", "InfeasibilityReport", "explain_infeasibility", "conflicting_families"]
+__all__ = ["Conflict", "InfeasibilityReport", "conflicting_families", "explain_infeasibility"]
 
 SEARCH_TIME_LIMIT_S = 2.0
 

@@ -6,6 +6,7 @@ are then asked for their bandwidth (topology.group_links); the worst group of ea
 pace, since every group runs its collective at the same time.
 """
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from planner.topology import (
     group_to_group_bandwidth_bytes_per_s,
 )
 
-__all__ = ["ReplicaLinks", "EffectiveLinks", "replica_links", "default_replica_links", "effective_links"]
+__all__ = ["EffectiveLinks", "ReplicaLinks", "default_replica_links", "effective_links", "replica_links"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def _replica_links(cluster: _Cluster, members: list[str], layout: Layout, latenc
     tp = _worst([cluster.group(g) for g in _representatives(tp_groups, cluster)])
     stage = _worst([cluster.group(g) for g in _representatives(stages, cluster)])
     pairs: dict[bool, tuple[list[str], list[str]]] = {}
-    for a, b in zip(stages, stages[1:]):
+    for a, b in itertools.pairwise(stages):
         pairs.setdefault(cluster.spans(a + b), (a, b))
     pp_bandwidth = min((cluster.flow(a, b) for a, b in pairs.values()), default=math.inf)
     n_domains = len({cluster.domain_of[m] for m in members})

@@ -7,12 +7,12 @@ import numpy as np
 from planner.architecture import AttentionKind, ModelArch
 
 __all__ = [
-    "MemoryUse",
     "LOGIT_BYTES",
-    "weight_bytes_per_accelerator",
-    "kv_shard_fraction",
-    "kv_bytes_per_accelerator",
+    "MemoryUse",
     "activation_bytes_per_accelerator",
+    "kv_bytes_per_accelerator",
+    "kv_shard_fraction",
+    "weight_bytes_per_accelerator",
 ]
 
 LOGIT_BYTES = 4  # samplers keep fp32 logits

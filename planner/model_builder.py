@@ -13,18 +13,19 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from planner.candidates import Candidate
+from planner.packing import aligned_free_blocks, stage_kind
 from planner.problem import Objective
 
 __all__ = [
-    "RackPool",
-    "PlanningData",
-    "PlanVars",
-    "USD_RESOLUTION",
     "THROUGHPUT_RESOLUTION",
     "TIME_RESOLUTION_S",
-    "rack_items",
+    "USD_RESOLUTION",
+    "PlanVars",
+    "PlanningData",
+    "RackPool",
     "build_model",
     "primary_objective",
+    "rack_items",
     "tie_break_objective",
 ]
 
@@ -36,11 +37,21 @@ INT64_SAFE = 2**62
 
 @dataclass(frozen=True)
 class RackPool:
-    """Racks of one type the fleet has (`count` None: as many as needed)."""
+    """Racks of one type the fleet has (`count` None: as many as needed). `broken` lists, for each
+    rack with unavailable accelerators, their indices; the other racks are whole."""
 
     rack_id: str
     domain_size: int
     count: int | None
+    broken: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def perfect(self) -> int:
+        return (self.count or 0) - len(self.broken)
+
+    def slots(self, size: int) -> int:
+        """Aligned free blocks of `size` in the racks with broken accelerators."""
+        return sum(aligned_free_blocks(self.domain_size, b, size) for b in self.broken)
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,7 @@ def _scaled(value: float, resolution: float, round_up: bool) -> int:
     every integer-feasible plan is feasible in real units."""
     x = value / resolution
     eps = 1e-9 * max(1.0, abs(x))  # float noise of the division, not a real fraction of a unit
-    return int(math.ceil(x - eps)) if round_up else int(math.floor(x + eps))
+    return math.ceil(x - eps) if round_up else math.floor(x + eps)
 
 
 def _check_linear(coefficients: Iterable[int], upper_bounds: Iterable[int], name: str) -> None:
@@ -83,10 +94,7 @@ def _check_linear(coefficients: Iterable[int], upper_bounds: Iterable[int], name
 def rack_items(c: Candidate, pool: RackPool) -> tuple[str, int]:
     """How a replica's pipeline stages occupy racks: ('slots', stage size) for a power-of-two stage
     that fits one rack, or ('racks', racks per stage) for a stage that takes whole racks."""
-    s, n = c.stage_size, pool.domain_size
-    if s <= n and s & (s - 1) == 0 and (n & (n - 1) == 0 or s < n):
-        return "slots", s
-    return "racks", math.ceil(s / n)
+    return stage_kind(c.stage_size, pool.domain_size)
 
 
 @dataclass
@@ -120,8 +128,8 @@ def replica_bound(data: PlanningData, j: int) -> int:
     pool = data.pools.get(c.rack_id)
     if pool is not None and pool.count is not None:
         kind, size = rack_items(c, pool)
-        per_rack = pool.domain_size // size if kind == "slots" else 1 / size
-        bound = min(bound, int(pool.count * per_rack) // c.stages)
+        stages = pool.perfect * (pool.domain_size // size) + pool.slots(size) if kind == "slots" else pool.perfect // size
+        bound = min(bound, stages // c.stages)
     return max(0, min(bound, data.max_replicas))
 
 
@@ -163,8 +171,9 @@ def add_one_deployment_per_workload(model: cp_model.CpModel, v: PlanVars, data: 
 
 def add_rack_budget(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None:
     """Every pipeline stage sits inside one rack of the fleet (power-of-two stages pack exactly
-    when, for each stage size s, the stages of size >= s need at most s * floor(n / s) slots per
-    free rack; stages of a whole rack or more take whole racks)."""
+    when, for each stage size s, the stages of size >= s fit the aligned free s-blocks: s * floor(n/s)
+    per whole rack left, plus those of racks with broken accelerators; stages of a whole rack or
+    more take whole racks without broken accelerators)."""
     for rack_id, pool in data.pools.items():
         if pool.count is None:
             continue
@@ -173,12 +182,12 @@ def add_rack_budget(model: cp_model.CpModel, v: PlanVars, data: PlanningData) ->
         whole = cp_model.LinearExpr.weighted_sum([v.replicas[j] for j in js if items[j][0] == "racks"],
                                                  [data.candidates[j].stages * items[j][1] for j in js if items[j][0] == "racks"])
         literal = v.literal(f"racks[{rack_id}]")
-        model.add(whole <= pool.count).only_enforce_if(literal)
+        model.add(whole <= pool.perfect).only_enforce_if(literal)
         for size in sorted({s for kind, s in items.values() if kind == "slots"}):
             big = [j for j in js if items[j][0] == "slots" and items[j][1] >= size]
             volume = cp_model.LinearExpr.weighted_sum([v.replicas[j] for j in big], [data.candidates[j].stages * items[j][1] for j in big])
-            slots_per_rack = size * (pool.domain_size // size)
-            model.add(volume <= (pool.count - whole) * slots_per_rack).only_enforce_if(literal)
+            per_whole_rack = size * (pool.domain_size // size)
+            model.add(volume <= (pool.perfect - whole) * per_whole_rack + size * pool.slots(size)).only_enforce_if(literal)
 
 
 def add_cost_cap(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None:

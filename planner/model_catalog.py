@@ -7,13 +7,24 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from planner.architecture import Attention, AttentionKind, ModelArch, MoE, PublishedCounts
-from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error, load_yaml_file
+from planner.architecture import (
+    Attention,
+    AttentionKind,
+    ModelArch,
+    MoE,
+    PublishedCounts,
+)
+from planner.errors import (
+    InputIssue,
+    PlannerInputError,
+    issues_from_validation_error,
+    load_yaml_file,
+)
 from planner.hardware import CatalogId, EdgeModel
 from planner.paths import data_dir
 from planner.precision import Precision
 
-__all__ = ["ModelSpec", "ModelCatalog", "load_model_catalog", "arch_from_spec"]
+__all__ = ["ModelCatalog", "ModelSpec", "arch_from_spec", "load_model_catalog"]
 
 PositiveInt = Annotated[int, Field(ge=1)]
 

@@ -8,9 +8,36 @@ from planner.report import estimate_record
 from planner.solve import Deployment, SolveResult
 from planner.units import format_rate, format_seconds, format_usd
 
-__all__ = ["solve_record", "render_solve", "deployment_record"]
+__all__ = ["deployment_record", "render_solve", "solve_record"]
 
 _ESTIMATE_KEYS_REPLACED = {"layout", "accelerators", "batch_per_replica", "model", "rack", "accelerator"}
+
+
+PLAN_FORMAT = "llm-deployment-plan"
+PLAN_FORMAT_VERSION = 1
+
+
+def role_record(role) -> dict:
+    return {"accelerator": role.accelerator, "rack": role.rack, "replica": role.replica, "stage": role.stage,
+            "layers": list(role.layers), "tp_rank": role.tp_rank, "dp_rank": role.dp_rank, "ep_rank": role.ep_rank,
+            "expert_tp_rank": role.expert_tp_rank}
+
+
+def expert_map_record(d: Deployment) -> dict | None:
+    p = d.experts
+    if p is None:
+        return None
+    return {
+        "n_ranks": p.n_ranks,
+        "slots_per_rank": p.slots_per_rank,
+        "method": p.method,
+        "profile": p.profile,
+        "imbalance": p.imbalance,
+        "worst_gap_to_bound": p.worst_gap_to_bound,
+        "layers": [{"layer": q.layer, "max_load": q.max_load, "mean_load": q.mean_load, "lower_bound": q.lower_bound}
+                   for q in p.layers],
+        "physical_to_logical_map": p.physical_to_logical(d.estimate.inputs.arch),
+    }
 
 
 def deployment_record(d: Deployment) -> dict:
@@ -66,12 +93,28 @@ def _infeasibility_record(result: SolveResult) -> dict | None:
 
 
 def solve_record(result: SolveResult) -> dict:
+    record = _solve_core(result)
+    if result.placement is not None:
+        for i, d in enumerate(record["deployments"]):
+            d["placement"] = [role_record(r) for r in result.placement.of_deployment(i)]
+        record["racks"] = {name: {"accelerators": n, "unavailable": list(broken)} for name, (n, broken) in result.placement.racks.items()}
+    for d, deployment in zip(record["deployments"], result.deployments):
+        d["expert_map"] = expert_map_record(deployment)
+    record["problem_spec"] = result.problem.problem.model_dump(mode="json", exclude_none=True)
+    record["problem_dir"] = result.problem.base_dir
+    record["notes"] = list(result.notes)
+    return record
+
+
+def _solve_core(result: SolveResult) -> dict:
     s = result.stats
     racks = {}
     for rack_id, pool in result.data.pools.items():
         used = sum(d.accelerators for d in result.deployments if d.candidate.rack_id == rack_id)
         racks[rack_id] = {"racks_available": pool.count, "accelerators_per_rack": pool.domain_size, "accelerators_used": used}
     return {
+        "format": PLAN_FORMAT,
+        "format_version": PLAN_FORMAT_VERSION,
         "problem": result.problem.problem.name,
         "status": result.status,
         "objective_kind": str(result.problem.problem.objective),

@@ -2,7 +2,7 @@
 
 from enum import StrEnum
 
-__all__ = ["Precision", "FlopsFormat", "bytes_per_value", "flops_format"]
+__all__ = ["FlopsFormat", "Precision", "bytes_per_value", "flops_format"]
 
 
 class Precision(StrEnum):

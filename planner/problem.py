@@ -10,12 +10,28 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
 from planner.architecture import ModelArch
-from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error, load_yaml_file, unknown_name_issue
 from planner.deployment import Precisions
-from planner.hardware import Accelerator, AcceleratorSpec, CatalogId, EdgeModel, HardwareCatalog, RackSpec, RackType, load_hardware_catalog
+from planner.errors import (
+    InputIssue,
+    PlannerInputError,
+    issues_from_validation_error,
+    load_yaml_file,
+    unknown_name_issue,
+)
+from planner.hardware import (
+    Accelerator,
+    AcceleratorSpec,
+    CatalogId,
+    EdgeModel,
+    HardwareCatalog,
+    RackSpec,
+    RackType,
+    load_hardware_catalog,
+)
 from planner.model_catalog import ModelSpec, arch_from_spec, load_model_catalog
 from planner.precision import Precision, flops_format
 from planner.roofline import OverlapPolicy
@@ -23,16 +39,16 @@ from planner.units import MS
 
 __all__ = [
     "Objective",
-    "Problem",
     "PrecisionSpec",
+    "Problem",
     "ResolvedModel",
-    "ResolvedWorkload",
     "ResolvedProblem",
+    "ResolvedWorkload",
     "load_problem",
     "parse_problem",
-    "resolve_problem",
     "problem_json_schema",
     "resolve_precisions",
+    "resolve_problem",
 ]
 
 
@@ -53,20 +69,50 @@ class PrecisionSpec(EdgeModel):
     compute: Precision | None = Field(default=None, description="tensor-core input format of the matmuls")
 
 
+class SyntheticLoad(EdgeModel):
+    distribution: Literal["lognormal", "uniform"] = Field(default="lognormal", description="per-expert load distribution")
+    sigma: float = Field(default=0.9, gt=0, le=5, description="lognormal sigma (0.9: the hottest of 256 experts near 3x the mean)")
+    seed: int = Field(default=0, ge=0, description="random seed")
+
+
+class ExpertLoadSpec(EdgeModel):
+    """Per-layer, per-expert load profile: a file (JSON {"layers": [[...]]}, SGLang's
+    {"logical_count": ...}, or CSV with one row per MoE layer) or a synthetic skewed profile."""
+
+    file: str | None = Field(default=None, description="path to the profile, relative to the problem file")
+    synthetic: SyntheticLoad | None = Field(default=None, description="a generated profile")
+
+    @model_validator(mode="after")
+    def _one(self) -> "ExpertLoadSpec":
+        if (self.file is None) == (self.synthetic is None):
+            raise ValueError("give exactly one of file and synthetic\n    fix: keep one source of expert loads")
+        return self
+
+
 class CatalogModelRef(EdgeModel):
     catalog: str = Field(description="model id from the built-in catalog (`planner catalog`)")
     precisions: PrecisionSpec | None = None
+    expert_load: ExpertLoadSpec | None = Field(default=None, description="expert load profile of this model (MoE only)")
 
 
 class ConfigJsonModelRef(EdgeModel):
     config_json: str = Field(description="path to a Hugging Face config.json, relative to the problem file")
     id: CatalogId | None = Field(default=None, description="id to give the imported model")
     precisions: PrecisionSpec | None = None
+    expert_load: ExpertLoadSpec | None = Field(default=None, description="expert load profile of this model (MoE only)")
 
 
 class InlineModelRef(EdgeModel):
     inline: ModelSpec = Field(description="the architecture written out in the catalog's format")
     precisions: PrecisionSpec | None = None
+    expert_load: ExpertLoadSpec | None = Field(default=None, description="expert load profile of this model (MoE only)")
+
+
+class PlacementOptions(EdgeModel):
+    redundant_experts_per_rank: int = Field(default=0, ge=0, le=64, description="extra expert copies per expert-parallel rank for hot experts")
+    method: Literal["greedy", "cpsat"] = Field(default="greedy", description="greedy + swap search, or that followed by CP-SAT")
+    time_limit_s: float = Field(default=10.0, gt=0, description="time for the expert placement of one deployment (cpsat)")
+    expert_load: ExpertLoadSpec | None = Field(default=None, description="default load profile of MoE models (none: uniform)")
 
 
 ModelRef = Annotated[
@@ -150,6 +196,7 @@ class Problem(EdgeModel):
     objective: Objective = Objective.MIN_COST
     cost_cap_usd_per_hour: float | None = Field(default=None, gt=0, description="fleet cost cap for objective min_tpot")
     solver: SolverOptions = Field(default_factory=SolverOptions)
+    placement: PlacementOptions = Field(default_factory=PlacementOptions, description="how experts are placed on their ranks")
 
     @model_validator(mode="after")
     def _models(self) -> "Problem":
@@ -190,6 +237,8 @@ class ResolvedModel:
     key: str
     arch: ModelArch
     precisions: PrecisionSpec
+    expert_loads: "np.ndarray | None" = None  # (moe layers, experts); None: uniform
+    expert_load_label: str = "uniform (no profile given)"
 
 
 @dataclass(frozen=True)
@@ -210,13 +259,38 @@ class ResolvedProblem:
     models: dict[str, ResolvedModel]
     workloads: tuple[ResolvedWorkload, ...]
     rack_counts: tuple[tuple[RackType, int | None], ...]
+    unavailable: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)  # rack id -> instance -> indices
+    base_dir: str = "."  # the directory relative paths in the problem start from
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _resolve_model(key: str, ref, base_dir: Path, default_prec: PrecisionSpec, field_name: str) -> ResolvedModel:
+def _expert_loads(arch: ModelArch, spec: "ExpertLoadSpec | None", base_dir: Path, field_name: str) -> tuple:
+    from planner.experts import load_profile, synthetic_profile
+
+    if spec is None:
+        return None, "uniform (no profile given)"
+    if not arch.is_moe:
+        raise PlannerInputError(InputIssue(f"{field_name}.expert_load", f"{arch.id} has no experts", "remove expert_load"))
+    if spec.synthetic is not None:
+        g = spec.synthetic
+        label = f"synthetic {g.distribution}" + (f" sigma {g.sigma:g}" if g.distribution == "lognormal" else "") + f", seed {g.seed}"
+        return synthetic_profile(arch, g.sigma, g.seed, g.distribution), label
+    path = Path(spec.file)
+    path = path if path.is_absolute() else base_dir / path
+    try:
+        return load_profile(path, arch), f"file {spec.file}"
+    except FileNotFoundError:
+        raise PlannerInputError(InputIssue(f"{field_name}.expert_load.file", f"{path} not found", "check the path (relative to the problem file)")) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PlannerInputError(InputIssue(f"{field_name}.expert_load.file", str(exc),
+                                           'write {"layers": [[load per expert, ...], ...]} with one row per MoE layer')) from None
+
+
+def _resolve_model(key: str, ref, base_dir: Path, problem: "Problem", field_name: str) -> ResolvedModel:
     from planner.hf_config import load_hf_config
 
     catalog = load_model_catalog()
+    default_prec = problem.precisions
     precisions = default_prec
     if isinstance(ref, str):
         ref = CatalogModelRef(catalog=ref)
@@ -226,12 +300,16 @@ def _resolve_model(key: str, ref, base_dir: Path, default_prec: PrecisionSpec, f
     if isinstance(ref, CatalogModelRef):
         if ref.catalog not in catalog:
             raise PlannerInputError(unknown_name_issue(field_name, "model", ref.catalog, catalog))
-        return ResolvedModel(key, catalog[ref.catalog], precisions)
-    if isinstance(ref, ConfigJsonModelRef):
+        arch = catalog[ref.catalog]
+    elif isinstance(ref, ConfigJsonModelRef):
         path = Path(ref.config_json)
         path = path if path.is_absolute() else base_dir / path
-        return ResolvedModel(key, arch_from_spec(load_hf_config(path, ref.id)), precisions)
-    return ResolvedModel(key, arch_from_spec(ref.inline), precisions)
+        arch = arch_from_spec(load_hf_config(path, ref.id))
+    else:
+        arch = arch_from_spec(ref.inline)
+    spec = ref.expert_load or (problem.placement.expert_load if arch.is_moe else None)
+    loads, label = _expert_loads(arch, spec, base_dir, field_name)
+    return ResolvedModel(key, arch, precisions, loads, label)
 
 
 def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = "problem") -> ResolvedProblem:
@@ -253,12 +331,13 @@ def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = 
             issues.append(unknown_name_issue(f"cluster.racks[{i}].type", "rack", rc.type, hardware.racks))
         else:
             rack_counts.append((hardware.racks[rc.type], rc.count))
+    unavailable = _unavailable(cluster.unavailable_accelerators, rack_counts, issues)
     refs = {"model": problem.model} if problem.model is not None else dict(problem.models)
     models: dict[str, ResolvedModel] = {}
     for key, ref in refs.items():
         field_name = "model" if problem.model is not None else f"models.{key}"
         try:
-            models[key] = _resolve_model(key, ref, base_dir, problem.precisions, field_name)
+            models[key] = _resolve_model(key, ref, base_dir, problem, field_name)
         except PlannerInputError as exc:
             issues.extend(exc.issues)
     workloads = []
@@ -282,7 +361,31 @@ def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = 
                                      f"{arch.arch.max_context_tokens}-token context", "shorten the request or pick a longer-context model"))
     if issues:
         raise PlannerInputError(issues, source)
-    return ResolvedProblem(problem, hardware, models, tuple(workloads), tuple(rack_counts))
+    return ResolvedProblem(problem, hardware, models, tuple(workloads), tuple(rack_counts), unavailable, str(Path(base_dir).resolve()))
+
+
+def _unavailable(names: list[str], counts: list[tuple[RackType, int | None]], issues: list[InputIssue]) -> dict[str, dict[int, tuple[int, ...]]]:
+    """Parse accelerator names `<rack-id>#<instance>/<index>` against the fleet."""
+    racks = {rack.id: (rack, count) for rack, count in counts}
+    out: dict[str, dict[int, set[int]]] = {}
+    for i, name in enumerate(names):
+        field_name = f"cluster.unavailable_accelerators[{i}]"
+        rack_id, _, rest = name.partition("#")
+        instance, _, index = rest.partition("/")
+        if rack_id not in racks:
+            issues.append(unknown_name_issue(field_name, "rack in the fleet", rack_id, racks))
+            continue
+        rack, count = racks[rack_id]
+        if not (instance.isdigit() and index.isdigit()):
+            issues.append(InputIssue(field_name, f"'{name}' is not an accelerator name", f"write <rack>#<instance>/<index>, e.g. {rack_id}#0/3"))
+            continue
+        if count is None or int(instance) >= count or int(index) >= rack.n_accelerators:
+            issues.append(InputIssue(field_name, f"'{name}' is outside the fleet ({count or 'no'} x {rack_id}, "
+                                                 f"{rack.n_accelerators} accelerators each)",
+                                     f"use instances 0..{(count or 1) - 1} and indices 0..{rack.n_accelerators - 1}"))
+            continue
+        out.setdefault(rack_id, {}).setdefault(int(instance), set()).add(int(index))
+    return {r: {k: tuple(sorted(v)) for k, v in sorted(inst.items())} for r, inst in out.items()}
 
 
 def resolve_precisions(spec: PrecisionSpec, arch: ModelArch, accel: Accelerator, field_name: str = "precisions") -> tuple[Precisions, tuple[str, ...]]:

@@ -12,13 +12,14 @@ from planner.model_builder import (
     TIME_RESOLUTION_S,
     USD_RESOLUTION,
     PlanningData,
+    RackPool,
     _scaled,
-    rack_items,
     replica_bound,
 )
+from planner.packing import PlacementFailed, RackSlots, StageItem, place
 from planner.problem import Objective
 
-__all__ = ["reference_optimum", "fits_racks", "SearchTooLarge"]
+__all__ = ["SearchTooLarge", "fits_racks", "reference_optimum"]
 
 MAX_COMBINATIONS = 2_000_000
 
@@ -28,30 +29,31 @@ class SearchTooLarge(Exception):
 
 
 def fits_racks(data: PlanningData, chosen: dict[int, int]) -> bool:
-    """Place every pipeline stage of every replica into the fleet's racks, first-fit decreasing."""
+    """Place every pipeline stage of every replica into the fleet's racks (packing.place: largest
+    first into free aligned blocks, skipping broken accelerators)."""
     for rack_id, pool in data.pools.items():
         if pool.count is None:
             continue
-        whole_racks = 0
-        slots: list[int] = []
-        for j, replicas in chosen.items():
-            c = data.candidates[j]
-            if c.rack_id != rack_id:
-                continue
-            kind, size = rack_items(c, pool)
-            if kind == "racks":
-                whole_racks += replicas * c.stages * size
-            else:
-                slots += [size] * (replicas * c.stages)
-        free = [pool.domain_size] * (pool.count - whole_racks) if whole_racks <= pool.count else None
-        if free is None:
+        racks = _racks(pool)
+        items = [StageItem((j, r, s), data.candidates[j].stage_size, (j, r))
+                 for j, replicas in chosen.items() if data.candidates[j].rack_id == rack_id
+                 for r in range(replicas) for s in range(data.candidates[j].stages)]
+        try:
+            place(racks, items)
+        except PlacementFailed:
             return False
-        for size in sorted(slots, reverse=True):
-            target = next((i for i, room in enumerate(free) if room >= size), None)
-            if target is None:
-                return False
-            free[target] -= size
     return True
+
+
+def _racks(pool: RackPool) -> list[RackSlots]:
+    racks = []
+    for i in range(pool.count):
+        free = [True] * pool.domain_size
+        if i < len(pool.broken):
+            for index in pool.broken[i]:
+                free[index] = False
+        racks.append(RackSlots(f"{pool.rack_id}#{i}", pool.domain_size, free))
+    return racks
 
 
 def _minimal_vectors(data: PlanningData, workload: str) -> Iterator[dict[int, int]]:

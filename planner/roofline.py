@@ -11,21 +11,21 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = [
+    "FLOPS_PER_PARAM_PER_TOKEN",
     "OverlapPolicy",
     "StepTime",
-    "step_total_s",
-    "FLOPS_PER_PARAM_PER_TOKEN",
-    "matmul_flops",
-    "compute_time_s",
-    "memory_time_s",
-    "expert_touch_fraction",
     "all_reduce_time_s",
     "all_to_all_time_s",
-    "point_to_point_time_s",
     "causal_attention_pairs",
+    "compute_time_s",
     "critical_batch_size",
+    "expert_touch_fraction",
     "hbm_drain_time_s",
     "kv_compute_crossover_context_tokens",
+    "matmul_flops",
+    "memory_time_s",
+    "point_to_point_time_s",
+    "step_total_s",
 ]
 
 FLOPS_PER_PARAM_PER_TOKEN = 2  # one multiply and one add per weight per token (forward pass)

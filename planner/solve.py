@@ -15,12 +15,26 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.candidates import Candidate, CandidateSettings, RackAnalysis, analyse_rack, pareto_prune
+from planner.candidates import (
+    Candidate,
+    CandidateSettings,
+    RackAnalysis,
+    analyse_rack,
+    pareto_prune,
+)
 from planner.estimate import DeploymentInputs, Estimate, estimate
-from planner.model_builder import PlanningData, PlanVars, RackPool, build_model, primary_objective, tie_break_objective
-from planner.problem import Objective, ResolvedProblem
+from planner.experts import ExpertPlacement, place_experts, synthetic_profile
+from planner.model_builder import (
+    PlanningData,
+    PlanVars,
+    RackPool,
+    build_model,
+    primary_objective,
+    tie_break_objective,
+)
+from planner.problem import Objective, ResolvedModel, ResolvedProblem
 
-__all__ = ["SolverStats", "Deployment", "SolveResult", "solve", "prepare", "solve_data", "set_parameters"]
+__all__ = ["Deployment", "SolveResult", "SolverStats", "prepare", "set_parameters", "solve", "solve_data"]
 
 SEARCH_SHARE = 0.85  # of the time limit for the two search phases; the canonical tie-break gets the rest
 SINGLE_WORKER_SHARE = 0.4  # of the search time for the single-worker first phase
@@ -55,6 +69,7 @@ class Deployment:
     candidate: Candidate
     replicas: int
     estimate: Estimate
+    experts: ExpertPlacement | None = None
 
     @property
     def accelerators(self) -> int:
@@ -79,6 +94,7 @@ class SolveResult:
     analyses: dict[tuple[str, str], RackAnalysis]
     explanation: object | None = None  # explain.PlanExplanation
     infeasibility: object | None = None  # infeasibility.InfeasibilityReport
+    placement: object | None = None  # placement.FleetPlacement
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -121,7 +137,8 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
     problem = resolved.problem
     ladder = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
     settings = CandidateSettings(problem.solver.overlap, problem.solver.prefill_chunk_tokens, problem.solver.max_batch_per_replica,
-                                 problem.cluster.allow_spanning_domains, ladder)
+                                 problem.cluster.allow_spanning_domains, ladder, problem.placement.redundant_experts_per_rank)
+    imbalance = {key: _imbalance_function(model, problem.placement.redundant_experts_per_rank) for key, model in resolved.models.items()}
     analyses: dict[tuple[str, str], RackAnalysis] = {}
     shared: dict[tuple, RackAnalysis] = {}
     candidates: list[Candidate] = []
@@ -133,14 +150,16 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
             max_accelerators = None if count is None else count * rack.n_accelerators
             key = (w.model_key, rack.id, max_accelerators, w.input_tokens, w.output_tokens, w.tpot_limit_s, w.ttft_limit_s)
             if key not in shared:
-                shared[key] = analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings, max_accelerators)
+                shared[key] = analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings, max_accelerators,
+                                           imbalance[w.model_key])
             base = shared[key]
             analysis = RackAnalysis(**{**base.__dict__, "workload": w.name,
                                        "candidates": [_for_workload(c, w.name) for c in base.candidates]})
             analyses[(w.name, rack.id)] = analysis
             candidates.extend(pareto_prune(analysis.candidates, use_latency=ladder))
     candidates.sort(key=lambda c: (c.workload, c.sort_key()))
-    pools = {rack.id: RackPool(rack.id, rack.n_accelerators, count) for rack, count in resolved.rack_counts}
+    pools = {rack.id: RackPool(rack.id, rack.n_accelerators, count, tuple(resolved.unavailable.get(rack.id, {}).values()))
+             for rack, count in resolved.rack_counts}
     data = PlanningData(
         candidates=tuple(candidates),
         workloads=tuple(w.name for w in resolved.workloads),
@@ -151,6 +170,20 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
         max_replicas=problem.solver.max_replicas,
     )
     return data, analyses
+
+
+def _imbalance_function(model: ResolvedModel, redundant: int) -> Callable[[int], float]:
+    """ep -> the expert imbalance a greedy + swap placement of the model's load profile reaches."""
+    if model.expert_loads is None:
+        return lambda ep: 1.0
+    cache: dict[int, float] = {}
+
+    def imbalance(ep: int) -> float:
+        if ep not in cache:
+            cache[ep] = place_experts(model.arch, model.expert_loads, ep, redundant, method="greedy").imbalance
+        return cache[ep]
+
+    return imbalance
 
 
 def _for_workload(c: Candidate, workload: str) -> Candidate:
@@ -250,6 +283,15 @@ def _canonical(model: cp_model.CpModel, v: PlanVars, data: PlanningData, objecti
     return v.extract(incumbent), solver.wall_time
 
 
+def _expert_placement(model: ResolvedModel, c: Candidate, options) -> ExpertPlacement | None:
+    """The final placement of a deployment's experts on its expert-parallel ranks."""
+    if not model.arch.is_moe or c.layout.ep == 1:
+        return None
+    loads = model.expert_loads if model.expert_loads is not None else synthetic_profile(model.arch, distribution="uniform")
+    return place_experts(model.arch, loads, c.layout.ep, options.redundant_experts_per_rank, method=options.method,
+                         time_limit_s=options.time_limit_s, profile=model.expert_load_label)
+
+
 def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int]) -> list[Deployment]:
     problem = resolved.problem
     deployments = []
@@ -257,10 +299,13 @@ def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int
         c = data.candidates[j]
         model = resolved.models[c.model_key]
         workload = next(w for w in resolved.workloads if w.name == c.workload)
+        experts = _expert_placement(model, c, problem.placement)
         inputs = DeploymentInputs(model.arch, resolved.hardware.racks[c.rack_id], c.layout, c.batch, workload.input_tokens,
                                   workload.output_tokens, c.precisions, resolved.hardware.overheads, problem.solver.overlap,
-                                  problem.solver.prefill_chunk_tokens, c.notes)
-        deployments.append(Deployment(c, replicas, estimate(inputs)))
+                                  problem.solver.prefill_chunk_tokens, c.notes,
+                                  experts.imbalance if experts else 1.0,
+                                  problem.placement.redundant_experts_per_rank if experts else 0)
+        deployments.append(Deployment(c, replicas, estimate(inputs), experts))
     return deployments
 
 
@@ -280,6 +325,13 @@ def solve(resolved: ResolvedProblem, *, time_limit_s: float | None = None, seed:
     stats = SolverStats(raw.status, raw.objective, raw.best_bound, raw.gap, raw.wall_time_s, time.perf_counter() - start,
                         raw.unit, time_limit_s, seed, workers, len(data.candidates), raw.n_variables, raw.n_constraints)
     result = SolveResult(resolved, raw.status, stats, deployments, data, analyses)
+    if result.has_plan:
+        from planner.placement import PlacementFailed, place_plan
+
+        try:
+            result.placement = place_plan(result)
+        except PlacementFailed as exc:  # the model's packing constraints make this unreachable
+            result.notes.append(f"placement failed: {exc}")
     if explain:
         if result.has_plan:
             from planner.explain import explain_plan

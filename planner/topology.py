@@ -18,15 +18,15 @@ from planner.hardware import RackType
 
 __all__ = [
     "FABRIC",
-    "SCALE_UP",
     "SCALE_OUT",
+    "SCALE_UP",
     "GroupLinks",
-    "build_cluster_graph",
     "accelerator_nodes",
-    "scale_up_domains",
+    "build_cluster_graph",
     "domain_map",
     "group_links",
     "group_to_group_bandwidth_bytes_per_s",
+    "scale_up_domains",
 ]
 
 FABRIC = "scale-out-fabric"

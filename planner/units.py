@@ -2,8 +2,16 @@
 in SI base units with the unit in its name; these helpers are the only place factors appear."""
 
 __all__ = [
-    "GB", "GIB", "TB", "MS", "US", "SECONDS_PER_HOUR",
-    "format_bytes", "format_seconds", "format_rate", "format_usd",
+    "GB",
+    "GIB",
+    "MS",
+    "SECONDS_PER_HOUR",
+    "TB",
+    "US",
+    "format_bytes",
+    "format_rate",
+    "format_seconds",
+    "format_usd",
 ]
 
 GB = 1e9  # bytes in a decimal gigabyte (vendors quote HBM and link bandwidth in these)

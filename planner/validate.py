@@ -6,15 +6,18 @@ latency limits, unmet demand, racks over-subscribed, figures that differ from th
 (a hand-edited or stale plan). `score_plan` recomputes the fleet's cost and throughput.
 """
 
+import itertools
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from planner.deployment import Layout, Precisions, layout_issues
 from planner.estimate import DeploymentInputs, estimate
 from planner.precision import FlopsFormat, Precision
 from planner.problem import ResolvedProblem
 
-__all__ = ["Violation", "PlanScore", "check_plan", "score_plan"]
+__all__ = ["PlanScore", "Violation", "check_plan", "score_plan"]
 
 RELATIVE_TOLERANCE = 1e-6
 
@@ -64,8 +67,50 @@ def _inputs(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]
     precisions = Precisions(Precision(p["weights"]), Precision(p["kv_cache"]), Precision(p["activations"]),
                             FlopsFormat(p["compute"]), Precision(p["expert_weights"]))
     options = resolved.problem.solver
+    imbalance, redundant = _expert_figures(model, layout, d.get("expert_map"), where, out)
     return DeploymentInputs(model.arch, rack, layout, int(d["batch_per_replica"]), w.input_tokens, w.output_tokens,
-                            precisions, resolved.hardware.overheads, options.overlap, options.prefill_chunk_tokens)
+                            precisions, resolved.hardware.overheads, options.overlap, options.prefill_chunk_tokens, (),
+                            imbalance, redundant)
+
+
+def _expert_figures(model, layout: Layout, emap: dict | None, where: str, out: list[Violation]) -> tuple[float, int]:
+    """Check an expert map and derive from it the redundant copies per rank and the load imbalance
+    it gives on the model's load profile (uniform when the problem gives none)."""
+    arch = model.arch
+    if not arch.is_moe or layout.ep == 1:
+        return 1.0, 0
+    if emap is None:
+        out.append(Violation(f"{where}.expert_map", f"missing: {arch.id} spreads its experts over {layout.ep} ranks"))
+        return 1.0, 0
+    n_experts, ranks, slots = arch.moe.n_routed_experts, int(emap["n_ranks"]), int(emap["slots_per_rank"])
+    if ranks != layout.ep or slots < n_experts // ranks:
+        out.append(Violation(f"{where}.expert_map", f"{ranks} ranks x {slots} slots cannot hold {n_experts} experts on ep={layout.ep}"))
+        return 1.0, 0
+    rows = emap["physical_to_logical_map"]
+    loads = model.expert_loads if model.expert_loads is not None else np.ones((arch.n_moe_layers, n_experts))
+    moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
+    if len(rows) != arch.n_layers:
+        out.append(Violation(f"{where}.expert_map.physical_to_logical_map", f"{len(rows)} rows for {arch.n_layers} layers"))
+        return 1.0, 0
+    max_sum = mean_sum = 0.0
+    for k, layer in enumerate(moe_layers):
+        row = [int(e) for e in rows[layer]]
+        field = f"{where}.expert_map.physical_to_logical_map[{layer}]"
+        if len(row) != ranks * slots or any(not 0 <= e < n_experts for e in row):
+            out.append(Violation(field, f"needs {ranks * slots} expert ids in 0..{n_experts - 1}"))
+            continue
+        missing = sorted(set(range(n_experts)) - set(row))
+        if missing:
+            out.append(Violation(field, f"experts {missing[:8]}{'...' if len(missing) > 8 else ''} are not placed"))
+        rank_slices = [row[r * slots:(r + 1) * slots] for r in range(ranks)]
+        for r, experts in enumerate(rank_slices):
+            if len(set(experts)) != len(experts):
+                out.append(Violation(field, f"rank {r} holds an expert twice"))
+        copies = np.bincount(row, minlength=n_experts).clip(min=1)
+        rank_loads = [sum(loads[k][e] / copies[e] for e in experts) for experts in rank_slices]
+        max_sum += max(rank_loads)
+        mean_sum += sum(rank_loads) / ranks
+    return (max_sum / mean_sum if mean_sum else 1.0), slots - n_experts // ranks
 
 
 def _check_deployment(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]) -> float:
@@ -114,8 +159,79 @@ def _check_racks(resolved: ResolvedProblem, deployments: list[dict], out: list[V
                                                       f"fit {count} x {rack.id}"))
 
 
-def check_plan(resolved: ResolvedProblem, record: dict) -> list[Violation]:
-    """Every way `record` fails the problem (empty: the plan is valid)."""
+def _parse_node(name: str) -> tuple[str, int, int] | None:
+    rack_id, _, rest = str(name).partition("#")
+    instance, _, index = rest.partition("/")
+    return (rack_id, int(instance), int(index)) if instance.isdigit() and index.isdigit() else None
+
+
+def _check_roles(d: dict, where: str, rack, out: list[Violation]) -> None:
+    """Ranks follow from positions; stages sit in one rack; layer ranges partition the model."""
+    tp, dp, ep, pp = (int(d[k]) for k in ("tp", "dp_attn", "ep", "pp"))
+    stage_size, expert_tp = tp * dp, tp * dp // max(1, ep)
+    by_stage: dict[tuple[int, int], list[dict]] = {}
+    for role in d["placement"]:
+        by_stage.setdefault((int(role["replica"]), int(role["stage"])), []).append(role)
+    for (replica, stage), roles in sorted(by_stage.items()):
+        place = f"{where}.placement (replica {replica}, stage {stage})"
+        if len(roles) != stage_size:
+            out.append(Violation(place, f"{len(roles)} accelerators, the layout needs {stage_size}"))
+            continue
+        racks = {r["accelerator"].rsplit("/", 1)[0] for r in roles}
+        if len(racks) > 1 and stage_size <= rack.n_accelerators:
+            out.append(Violation(place, f"a stage of {stage_size} spans racks {sorted(racks)}: its groups would leave the scale-up domain"))
+        for k, role in enumerate(roles):
+            expected = (k % tp, k // tp, k // expert_tp if ep > 1 else None)
+            got = (role.get("tp_rank"), role.get("dp_rank"), role.get("ep_rank"))
+            if got != expected:
+                out.append(Violation(f"{place}[{k}]", f"ranks (tp, dp, ep) are {got}, position {k} means {expected}"))
+    for replica in sorted({r for r, _ in by_stage}):
+        ranges = sorted(tuple(by_stage[(replica, s)][0]["layers"]) for s in range(pp) if (replica, s) in by_stage)
+        n_layers = d["_n_layers"]
+        ok = len(ranges) == pp and ranges[0][0] == 0 and ranges[-1][1] == n_layers and all(
+            a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(ranges)) and ranges[-1][0] < ranges[-1][1]
+        if not ok:
+            out.append(Violation(f"{where}.placement (replica {replica})", f"stage layer ranges {ranges} do not cover layers 0..{n_layers - 1} in order"))
+
+
+def _check_placement(resolved: ResolvedProblem, deployments: list[dict], out: list[Violation]) -> None:
+    """Accelerators exist in the fleet, are available, and are used once; roles are consistent."""
+    counts = {rack.id: (rack, count) for rack, count in resolved.rack_counts}
+    used: dict[str, str] = {}
+    for i, d in enumerate(deployments):
+        where = f"deployments[{i}]"
+        if "placement" not in d:
+            out.append(Violation(f"{where}.placement", "missing: the plan has no accelerator placement"))
+            continue
+        rack, count = counts.get(d.get("rack"), (None, None))
+        if rack is None:
+            continue
+        expected = int(d["replicas"]) * int(d["tp"]) * int(d["dp_attn"]) * int(d["pp"])
+        if len(d["placement"]) != expected:
+            out.append(Violation(f"{where}.placement", f"{len(d['placement'])} entries, replicas x accelerators is {expected}"))
+        for k, role in enumerate(d["placement"]):
+            node = _parse_node(role.get("accelerator"))
+            field = f"{where}.placement[{k}].accelerator"
+            if node is None or node[0] != rack.id:
+                out.append(Violation(field, f"{role.get('accelerator')!r} is not a {rack.id} accelerator name (<rack>#<instance>/<index>)"))
+                continue
+            _, instance, index = node
+            if (count is not None and instance >= count) or index >= rack.n_accelerators:
+                out.append(Violation(field, f"{role['accelerator']!r} is not in the fleet ({count if count is not None else 'unlimited'} x "
+                                            f"{rack.id}, {rack.n_accelerators} accelerators each)"))
+            elif index in resolved.unavailable.get(rack.id, {}).get(instance, ()):
+                out.append(Violation(field, f"{role['accelerator']!r} is marked unavailable"))
+            if role["accelerator"] in used:
+                out.append(Violation(field, f"{role['accelerator']!r} is already used by {used[role['accelerator']]}"))
+            used[role["accelerator"]] = f"{where} replica {role.get('replica')}"
+        model = resolved.models.get(next((w.model_key for w in resolved.workloads if w.name == d.get("workload")), ""), None)
+        if model is not None:
+            _check_roles({**d, "_n_layers": model.arch.n_layers}, where, rack, out)
+
+
+def check_plan(resolved: ResolvedProblem, record: dict, placement: bool = False) -> list[Violation]:
+    """Every way `record` fails the problem (empty: the plan is valid). With `placement`, also the
+    accelerator placement and expert maps."""
     out: list[Violation] = []
     deployments = record.get("deployments") or []
     served: dict[str, float] = {}
@@ -133,6 +249,11 @@ def check_plan(resolved: ResolvedProblem, record: dict) -> list[Violation]:
         if w.name not in served:
             out.append(Violation(f"workload {w.name}", "has no deployment"))
     _check_racks(resolved, deployments, out)
+    if placement:
+        try:
+            _check_placement(resolved, deployments, out)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            out.append(Violation("placement", f"malformed entry ({exc})"))
     return out
 
 

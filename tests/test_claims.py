@@ -12,7 +12,11 @@ import pytest
 
 from planner.architecture import kv_bytes_per_token, param_counts
 from planner.model_catalog import ModelSpec, arch_from_spec
-from planner.roofline import critical_batch_size, hbm_drain_time_s, kv_compute_crossover_context_tokens
+from planner.roofline import (
+    critical_batch_size,
+    hbm_drain_time_s,
+    kv_compute_crossover_context_tokens,
+)
 
 H100_F, H100_BW, H100_HBM = 989.5e12, 3.35e12, 80e9
 F_EFF_H100_BF16, BW_EFF = 989.5e12 * 0.803, 0.8  # MAMF; AIConfigurator (BW_EFF is the fraction)

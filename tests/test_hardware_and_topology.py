@@ -42,11 +42,11 @@ def test_every_accelerator_number_has_a_source(hw):
 
 
 def _spec(**changes):
-    base = dict(id="x1", name="X", vendor="V", hbm_capacity_gb=80, hbm_bandwidth_tb_per_s=3.0,
-                dense_tflop_per_s={"bf16": 1000}, scale_up_gb_per_s=450, scale_out_gb_per_s=50,
-                price_usd_per_hour=2.0, price_basis="test",
-                sources={k: "DERIVED" for k in ("hbm_capacity_gb", "hbm_bandwidth_tb_per_s", "dense_tflop_per_s",
-                                                "scale_up_gb_per_s", "scale_out_gb_per_s", "price_usd_per_hour")})
+    base = {"id": "x1", "name": "X", "vendor": "V", "hbm_capacity_gb": 80, "hbm_bandwidth_tb_per_s": 3.0,
+                "dense_tflop_per_s": {"bf16": 1000}, "scale_up_gb_per_s": 450, "scale_out_gb_per_s": 50,
+                "price_usd_per_hour": 2.0, "price_basis": "test",
+                "sources": {k: "DERIVED" for k in ("hbm_capacity_gb", "hbm_bandwidth_tb_per_s", "dense_tflop_per_s",
+                                                "scale_up_gb_per_s", "scale_out_gb_per_s", "price_usd_per_hour")}}
     base.update(changes)
     return base
 

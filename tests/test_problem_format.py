@@ -7,7 +7,12 @@ import pytest
 
 from planner.errors import PlannerInputError
 from planner.paths import data_dir
-from planner.problem import load_problem, parse_problem, problem_json_schema, resolve_problem
+from planner.problem import (
+    load_problem,
+    parse_problem,
+    problem_json_schema,
+    resolve_problem,
+)
 
 MINIMAL = {
     "model": "llama-3.1-8b",

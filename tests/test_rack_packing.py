@@ -2,23 +2,23 @@
 packing by brute force, on random instances (hypothesis)."""
 
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 
 from expect import _model, _solve
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
+from test_model_builder import cand
 
 from planner.model_builder import PlanningData, RackPool
 from planner.problem import Objective
 from planner.reference import fits_racks
-from test_model_builder import cand
 
 
 def exact_bin_packing(sizes: tuple[int, ...], capacity: int, bins: int) -> bool:
     """Depth-first search over assignments of items to bins (small instances only)."""
 
-    @lru_cache(maxsize=None)
+    @cache
     def place(i: int, free: tuple[int, ...]) -> bool:
         if i == len(sizes):
             return True

@@ -97,7 +97,7 @@ def test_explanations_name_binding_limits_dominant_terms_and_the_runner_up(solve
 
 
 def test_infeasible_demand_against_racks_names_both_with_numbers():
-    resolved, result = _solve(data_dir("problems") / "infeasible-llama-3.1-70b-demand.yaml")
+    _, result = _solve(data_dir("problems") / "infeasible-llama-3.1-70b-demand.yaml")
     assert result.status == "INFEASIBLE" and not result.deployments
     (conflict,) = result.infeasibility.conflicts
     assert conflict.families == ("demand[chat]", "racks[hgx-h100]")

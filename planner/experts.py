@@ -1,0 +1,250 @@
+"""Expert placement: each MoE layer's experts onto its expert-parallel ranks.
+
+Given a per-layer, per-expert load profile (a file, a synthetic skewed profile, or uniform), for
+every MoE layer:
+
+Step 1 gives each redundant slot to the expert with the highest load per copy (EPLB's replication).
+Step 2 packs the copies onto ranks largest first, each into the least-loaded rank with a free slot
+       that does not already hold that expert (longest-processing-time with a slot cap).
+Step 3 swaps copies between the hottest rank and the others while that lowers the maximum
+       (cpsat.md section 6.4: within ~0.4% of the bound in tens of milliseconds).
+Step 4 (method "cpsat") hands the result to CP-SAT as a complete hint, with symmetry breaking, to
+       improve it or prove it within a time limit.
+
+Loads are relative (any unit). The lower bound per layer is max(total / ranks, max load per copy).
+"""
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from planner.architecture import ModelArch
+
+__all__ = ["ExpertPlacement", "LayerPlacement", "eplb_baseline", "load_profile", "place_experts", "synthetic_profile"]
+
+SWAP_TIME_LIMIT_S = 0.25  # per layer
+CPSAT_LOAD_RESOLUTION = 1e-6  # loads are scaled to integers of this share of a layer's total
+
+
+@dataclass(frozen=True)
+class LayerPlacement:
+    """One MoE layer: `slots[r]` lists the logical experts rank r holds (copies count once each)."""
+
+    layer: int  # index among the model's layers
+    slots: tuple[tuple[int, ...], ...]
+    copies: tuple[int, ...]  # copies of each logical expert
+    rank_loads: tuple[float, ...]
+    lower_bound: float
+
+    @property
+    def max_load(self) -> float:
+        return max(self.rank_loads)
+
+    @property
+    def mean_load(self) -> float:
+        return sum(self.rank_loads) / len(self.rank_loads)
+
+    @property
+    def imbalance(self) -> float:
+        """max / mean load per rank (1.0 = perfectly balanced)."""
+        return self.max_load / self.mean_load if self.mean_load else 1.0
+
+    @property
+    def gap_to_bound(self) -> float:
+        return self.max_load / self.lower_bound - 1.0 if self.lower_bound else 0.0
+
+
+@dataclass(frozen=True)
+class ExpertPlacement:
+    n_ranks: int
+    slots_per_rank: int
+    layers: tuple[LayerPlacement, ...]
+    method: str
+    time_s: float
+    profile: str
+
+    @property
+    def imbalance(self) -> float:
+        """Step-time factor of the expert work: sum over layers of the hottest rank's load over the
+        sum of mean loads (layers run one after another)."""
+        mean = sum(p.mean_load for p in self.layers)
+        return sum(p.max_load for p in self.layers) / mean if mean else 1.0
+
+    @property
+    def worst_gap_to_bound(self) -> float:
+        return max((p.gap_to_bound for p in self.layers), default=0.0)
+
+    def physical_to_logical(self, arch: ModelArch) -> list[list[int]]:
+        """EPLB-style map, one row per model layer: physical slot (rank-major) -> logical expert.
+        Dense layers get the trivial layout so that the rows line up with the model's layers."""
+        by_layer = {p.layer: [e for rank in p.slots for e in rank] for p in self.layers}
+        n_slots = self.n_ranks * self.slots_per_rank
+        trivial = [i % arch.moe.n_routed_experts for i in range(n_slots)]
+        return [by_layer.get(i, trivial) for i in range(arch.n_layers)]
+
+
+def synthetic_profile(arch: ModelArch, sigma: float = 0.9, seed: int = 0, distribution: str = "lognormal") -> np.ndarray:
+    """Per-layer expert loads, shape (n_moe_layers, E): lognormal(0, sigma) per expert (the skew
+    cpsat.md measured with: the hottest of 256 experts near 3x the mean), or uniform."""
+    rng = np.random.default_rng(seed)
+    shape = (arch.n_moe_layers, arch.moe.n_routed_experts)
+    if distribution == "uniform":
+        return np.ones(shape)
+    return rng.lognormal(mean=0.0, sigma=sigma, size=shape)
+
+
+def load_profile(path: Path, arch: ModelArch) -> np.ndarray:
+    """Loads from a JSON file ({"layers": [[...], ...]}, SGLang's {"logical_count": ...} or a bare
+    list of lists; one row per MoE layer, or one row for all) or a CSV file (one row per MoE layer)."""
+    if path.suffix == ".csv":
+        rows = [[float(x) for x in line.split(",")] for line in path.read_text().splitlines() if line.strip()]
+    else:
+        data = json.loads(path.read_text())
+        rows = data.get("layers", data.get("logical_count")) if isinstance(data, dict) else data
+        rows = np.asarray(rows, dtype=float)
+        rows = rows.reshape(-1, rows.shape[-1]).tolist()
+    loads = np.asarray(rows, dtype=float)
+    experts = arch.moe.n_routed_experts
+    if loads.shape[1] != experts:
+        raise ValueError(f"{path}: {loads.shape[1]} experts per row, {arch.id} has {experts}")
+    if len(loads) == arch.n_layers:  # a row per model layer: keep the MoE layers
+        loads = loads[[i for i, moe in enumerate(arch.layer_is_moe) if moe]]
+    if len(loads) == 1:
+        loads = np.repeat(loads, arch.n_moe_layers, axis=0)
+    if len(loads) != arch.n_moe_layers:
+        raise ValueError(f"{path}: {len(loads)} rows, expected 1, {arch.n_moe_layers} (MoE layers) or {arch.n_layers}")
+    if (loads < 0).any():
+        raise ValueError(f"{path}: loads must be non-negative")
+    return loads
+
+
+def _replicate(loads: np.ndarray, n_slots: int, n_ranks: int) -> np.ndarray:
+    """Step 1: every expert once, then each spare slot to the expert with the most load per copy
+    (never more copies than ranks: copies of one expert sit on different ranks)."""
+    copies = np.ones(len(loads), dtype=int)
+    for _ in range(n_slots - len(loads)):
+        per_copy = np.where(copies < n_ranks, loads / copies, -1.0)
+        copies[int(np.argmax(per_copy))] += 1
+    return copies
+
+
+def _pack(loads: np.ndarray, copies: np.ndarray, n_ranks: int, slots_per_rank: int) -> list[list[int]]:
+    """Step 2: copies largest first, each into the least-loaded rank with room and without it."""
+    items = sorted(((loads[e] / copies[e], e) for e in range(len(loads)) for _ in range(copies[e])), key=lambda t: (-t[0], t[1]))
+    ranks: list[list[int]] = [[] for _ in range(n_ranks)]
+    rank_load = np.zeros(n_ranks)
+    for load, e in items:
+        open_ranks = [r for r in range(n_ranks) if len(ranks[r]) < slots_per_rank and e not in ranks[r]]
+        r = min(open_ranks, key=lambda r: (rank_load[r], r))
+        ranks[r].append(e)
+        rank_load[r] += load
+    return ranks
+
+
+def _swap(per_copy: np.ndarray, ranks: list[list[int]], time_limit_s: float) -> list[list[int]]:
+    """Step 3: swap one copy of the hottest rank with a lighter copy elsewhere while that lowers the
+    hottest rank without creating a new maximum (cpsat.md section 6.4), all candidate swaps of an
+    iteration scored at once."""
+    slot = np.array(ranks)  # (ranks, slots): every rank is full
+    n_ranks = len(slot)
+    copy_load = per_copy[slot]
+    loads = copy_load.sum(axis=1)
+    holds = np.zeros((n_ranks, len(per_copy)), dtype=bool)
+    holds[np.arange(n_ranks)[:, None], slot] = True
+    deadline = time.perf_counter() + time_limit_s
+    while time.perf_counter() < deadline:
+        hot = int(np.argmax(loads))
+        d = copy_load[hot][:, None, None] - copy_load[None, :, :]  # (hot slot i, rank r, slot j)
+        valid = (d > 1e-12) & ~holds[:, slot[hot]].T[:, :, None] & ~holds[hot][slot][None, :, :]
+        valid[:, hot, :] = False
+        new_max = np.where(valid, np.maximum(loads[hot] - d, loads[None, :, None] + d), np.inf)
+        i, r, j = np.unravel_index(int(np.argmin(new_max)), new_max.shape)
+        if not new_max[i, r, j] < loads[hot] - 1e-12:
+            break
+        a, b = slot[hot, i], slot[r, j]
+        holds[hot, a], holds[r, b], holds[hot, b], holds[r, a] = False, False, True, True
+        slot[hot, i], slot[r, j] = b, a
+        copy_load[hot, i], copy_load[r, j] = per_copy[b], per_copy[a]
+        loads[hot] += per_copy[b] - per_copy[a]
+        loads[r] += per_copy[a] - per_copy[b]
+    return slot.tolist()
+
+
+def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slots_per_rank: int, time_limit_s: float,
+           workers: int) -> list[list[int]]:
+    """Step 4: CP-SAT min-max with the heuristic as a complete hint (cpsat.md section 6.2)."""
+    n_ranks, n_experts = len(ranks), len(per_copy)
+    q = np.maximum(1, np.round(per_copy / per_copy.sum() / CPSAT_LOAD_RESOLUTION)).astype(int)
+    order = sorted(range(n_experts), key=lambda e: -q[e])
+    m = cp_model.CpModel()
+    x, cumulative = {}, 0
+    for e in order:  # identical ranks: the k hottest experts use at most sum of their copies distinct ranks
+        cumulative += int(copies[e])
+        for r in range(min(n_ranks, cumulative)):
+            x[e, r] = m.new_bool_var(f"x[{e},{r}]")
+    for e in range(n_experts):
+        m.add(sum(x[e, r] for r in range(n_ranks) if (e, r) in x) == int(copies[e]))
+    lb = max(math.ceil(int(sum(q[e] * copies[e] for e in range(n_experts))) / n_ranks), int(q.max()))
+    lmax = m.new_int_var(lb, int(q.max()) * slots_per_rank, "lmax")
+    for r in range(n_ranks):
+        here = [(x[e, r], int(q[e])) for e in range(n_experts) if (e, r) in x]
+        m.add(sum(v for v, _ in here) <= slots_per_rank)
+        m.add(cp_model.LinearExpr.weighted_sum([v for v, _ in here], [w for _, w in here]) <= lmax)
+    m.minimize(lmax)
+    canonical = sorted(ranks, key=lambda rank: -sum(q[e] for e in rank))  # relabel to respect the prefix rule
+    hint = {(e, r) for r, rank in enumerate(canonical) for e in rank}
+    if all(key in x for key in hint):
+        for key, var in x.items():
+            m.add_hint(var, key in hint)
+        m.add_hint(lmax, max(sum(int(q[e]) for e in rank) for rank in canonical))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = workers
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.random_seed = 0
+    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return ranks
+    improved = [[e for e in range(n_experts) if (e, r) in x and solver.value(x[e, r])] for r in range(n_ranks)]
+    old = max(sum(per_copy[e] for e in rank) for rank in ranks)
+    new = max(sum(per_copy[e] for e in rank) for rank in improved)
+    return improved if new < old else ranks
+
+
+def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, method: str, time_limit_s: float,
+           workers: int, swap: bool = True) -> LayerPlacement:
+    copies = _replicate(loads, n_ranks * slots_per_rank, n_ranks)
+    ranks = _pack(loads, copies, n_ranks, slots_per_rank)
+    per_copy = loads / copies
+    if swap:
+        ranks = _swap(per_copy, ranks, min(SWAP_TIME_LIMIT_S, time_limit_s))
+    if method == "cpsat":
+        ranks = _cpsat(per_copy, copies, ranks, slots_per_rank, time_limit_s, workers)
+    rank_loads = tuple(float(sum(per_copy[e] for e in rank)) for rank in ranks)
+    bound = max(float(loads.sum()) / n_ranks, float(per_copy.max()))
+    return LayerPlacement(layer, tuple(tuple(r) for r in ranks), tuple(int(c) for c in copies), rank_loads, bound)
+
+
+def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_per_rank: int = 0, *, method: str = "greedy",
+                  time_limit_s: float = 5.0, workers: int = 2, profile: str = "") -> ExpertPlacement:
+    """Place every MoE layer's experts on `n_ranks` expert-parallel ranks with
+    E / n_ranks + redundant_per_rank slots each."""
+    start = time.perf_counter()
+    slots_per_rank = arch.moe.n_routed_experts // n_ranks + redundant_per_rank
+    moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
+    per_layer_limit = time_limit_s / max(1, len(moe_layers))
+    layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, method, per_layer_limit, workers) for k, i in enumerate(moe_layers))
+    return ExpertPlacement(n_ranks, slots_per_rank, layers, method, time.perf_counter() - start, profile)
+
+
+def eplb_baseline(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_per_rank: int = 0) -> ExpertPlacement:
+    """DeepSeek EPLB's global policy: replicate hot experts, then longest-processing-time packing
+    with a slot cap (steps 1 and 2 only), for comparison."""
+    start = time.perf_counter()
+    slots_per_rank = arch.moe.n_routed_experts // n_ranks + redundant_per_rank
+    moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
+    layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, "greedy", 0.0, 1, swap=False) for k, i in enumerate(moe_layers))
+    return ExpertPlacement(n_ranks, slots_per_rank, layers, "eplb-greedy", time.perf_counter() - start, "")
