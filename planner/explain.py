@@ -81,8 +81,10 @@ def _fleet(result) -> list[str]:
     for rack_id, pool in result.data.pools.items():
         used = sum(d.accelerators for d in result.deployments if d.candidate.rack_id == rack_id)
         if pool.count is not None and used:
-            total = pool.count * pool.domain_size
-            state = "all in use (the rack budget binds)" if used == total else f"{used} of {total} accelerators in use"
+            total = pool.count * pool.domain_size - sum(len(b) for b in pool.broken)
+            down = f" ({sum(len(b) for b in pool.broken)} unavailable)" if pool.broken else ""
+            state = "all in use (the rack budget binds)" if used == total else f"{used} of {total} available accelerators in use"
+            state += down
             lines.append(f"{rack_id}: {state}")
     for w in result.problem.workloads:
         if w.output_tokens_per_s is None:

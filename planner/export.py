@@ -39,17 +39,21 @@ class Host:
     local_indices: tuple[int, ...]  # accelerator indices on that host
 
 
-def _host_size(rack_id: str) -> int:
-    rack = load_hardware_catalog().racks.get(rack_id)
+def _host_size(record: dict, rack_instance: str) -> int:
+    """Accelerators per host: from the plan's rack list (custom racks included), else the catalog."""
+    info = (record.get("racks") or {}).get(rack_instance, {})
+    if info.get("accelerators_per_host"):
+        return int(info["accelerators_per_host"])
+    rack = load_hardware_catalog().racks.get(rack_instance.split("#")[0])
     return rack.host_size if rack else 1
 
 
-def _hosts(roles: list[dict], rack_id: str) -> list[Host]:
+def _hosts(record: dict, roles: list[dict]) -> list[Host]:
     """Hosts of a replica's accelerators, in placement order."""
-    size = _host_size(rack_id)
     hosts: OrderedDict[str, list[int]] = OrderedDict()
     for role in roles:
         rack, index = role["accelerator"].rsplit("/", 1)
+        size = _host_size(record, rack)
         host = f"{rack}/host{int(index) // size}"
         hosts.setdefault(host, []).append(int(index) % size)
     return [Host(name, tuple(idx)) for name, idx in hosts.items()]
@@ -79,13 +83,12 @@ def placement_document(record: dict) -> dict:
     deployments = []
     for i, d in enumerate(record["deployments"]):
         replicas = []
-        host_size = _host_size(d["rack"])
         for roles in _replicas(d):
             entries = []
             for role in roles:
                 entry = {k: role[k] for k in ("accelerator", "rack", "stage", "layers", "tp_rank", "dp_rank", "ep_rank", "expert_tp_rank")}
                 index = int(role["accelerator"].rsplit("/", 1)[1])
-                entry["host"] = f"{role['rack']}/host{index // host_size}"
+                entry["host"] = f"{role['rack']}/host{index // _host_size(record, role['rack'])}"
                 entry["role"] = _role_text(role)
                 entry["experts_per_layer"] = _experts_of(d, role)
                 entries.append(entry)
@@ -167,15 +170,11 @@ def _expert_map_json(d: dict) -> str:
 
 
 def _redundant(d: dict) -> int:
+    """Physical expert slots beyond one per logical expert (the engines' global redundant count)."""
     emap = d.get("expert_map")
     if not emap:
         return 0
-    return emap["n_ranks"] * emap["slots_per_rank"] - _num_experts(d)
-
-
-def _num_experts(d: dict) -> int:
-    arch = load_model_catalog().get(d["model"])
-    return arch.moe.n_routed_experts if arch and arch.moe else 0
+    return emap["n_ranks"] * emap["slots_per_rank"] - emap["n_logical_experts"]
 
 
 def _vllm(record: dict, d: dict, index: int, lines: list[str]) -> None:
@@ -186,7 +185,7 @@ def _vllm(record: dict, d: dict, index: int, lines: list[str]) -> None:
     if ep not in (1, stage):
         lines.append(f"# NOTE: vLLM sets EP = TP x DP when --enable-expert-parallel is on; the plan's EP {ep} becomes {stage}.")
     for roles in _replicas(d):
-        hosts = _hosts(roles, d["rack"])
+        hosts = _hosts(record, roles)
         port = BASE_PORT + index * 100 + roles[0]["replica"]
         spans_hosts = len(hosts) > 1
         tp_or_pp_spans = spans_hosts and (pp > 1 or tp > len(hosts[0].local_indices))
@@ -234,7 +233,7 @@ def _sglang(record: dict, d: dict, index: int, lines: list[str]) -> None:
         map_file = f"expert_map_{d['workload']}_{index}.json"
         lines += _heredoc(map_file, _expert_map_json(d)) + [""]
     for roles in _replicas(d):
-        hosts = _hosts(roles, d["rack"])
+        hosts = _hosts(record, roles)
         port = BASE_PORT + index * 100 + roles[0]["replica"]
         lines.append(f"# {d['workload']} replica {roles[0]['replica']}: {len(roles)} accelerators on {', '.join(h.name for h in hosts)}")
         base = ["python -m sglang.launch_server", f"--model-path {model}", f"--tp-size {tp * dp}", f"--pp-size {pp}",
@@ -277,7 +276,7 @@ def _trtllm(record: dict, d: dict, index: int, lines: list[str]) -> None:
     extra_file = f"extra_llm_api_options_{d['workload']}_{index}.yaml"
     lines += _heredoc(extra_file, "\n".join(extra)) + [""]
     for roles in _replicas(d):
-        hosts = _hosts(roles, d["rack"])
+        hosts = _hosts(record, roles)
         port = BASE_PORT + index * 100 + roles[0]["replica"]
         lines.append(f"# {d['workload']} replica {roles[0]['replica']}: {len(roles)} accelerators on {', '.join(h.name for h in hosts)}")
         serve = [f"trtllm-serve {model}", "--backend pytorch", f"--tp_size {tp * dp}", f"--pp_size {pp}", f"--ep_size {ep}",

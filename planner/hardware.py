@@ -141,7 +141,25 @@ class TorusScaleUp(EdgeModel):
         return self
 
 
-ScaleUpSpec = Annotated[SwitchedScaleUp | FullMeshScaleUp | TorusScaleUp, Field(discriminator="kind")]
+class LinkSpec(EdgeModel):
+    """One scale-up link of an explicitly wired unit. Ends are accelerator indices (0-based) or
+    switch names from `switches`."""
+
+    a: int | str = Field(description="accelerator index or switch name")
+    b: int | str = Field(description="accelerator index or switch name")
+    gb_per_s: float = Field(gt=0, description="link bandwidth, GB/s per direction")
+
+
+class LinksScaleUp(EdgeModel):
+    """A unit wired link by link (a custom board, a partial mesh, a two-level switch tree).
+    Parallel links between the same two ends add up."""
+
+    kind: Literal["links"]
+    switches: list[CatalogId] = Field(default_factory=list, description="names of the unit's switches")
+    links: list[LinkSpec] = Field(min_length=1, description="every scale-up link of the unit")
+
+
+ScaleUpSpec = Annotated[SwitchedScaleUp | FullMeshScaleUp | TorusScaleUp | LinksScaleUp, Field(discriminator="kind")]
 
 
 class RackSpec(EdgeModel):
@@ -160,6 +178,8 @@ class RackSpec(EdgeModel):
         if self.accelerators_per_host is not None and self.accelerators % self.accelerators_per_host:
             raise ValueError(f"{self.accelerators} accelerators do not split into hosts of {self.accelerators_per_host}"
                              "\n    fix: accelerators_per_host must divide accelerators")
+        if isinstance(self.scale_up, LinksScaleUp):
+            self._check_links(self.scale_up)
         if isinstance(self.scale_up, TorusScaleUp):
             product = 1
             for side in self.scale_up.dims:
@@ -170,6 +190,40 @@ class RackSpec(EdgeModel):
                     "\n    fix: make the product of scale_up.dims equal accelerators"
                 )
         return self
+
+    def _check_links(self, up: LinksScaleUp) -> None:
+        switches = set(up.switches)
+        if len(switches) != len(up.switches):
+            raise ValueError("scale_up.switches names a switch twice\n    fix: give every switch a distinct name")
+        parent = list(range(self.accelerators + len(up.switches)))
+        index_of = {name: self.accelerators + i for i, name in enumerate(up.switches)}
+
+        def end(value: int | str, k: int, side: str) -> int:
+            if isinstance(value, int):
+                if not 0 <= value < self.accelerators:
+                    raise ValueError(f"scale_up.links[{k}].{side} = {value} is not an accelerator index"
+                                     f"\n    fix: use 0..{self.accelerators - 1}, or a switch name from scale_up.switches")
+                return value
+            if value not in switches:
+                raise ValueError(f"scale_up.links[{k}].{side} = {value!r} is not a switch of this unit"
+                                 f"\n    fix: add it to scale_up.switches (now {sorted(switches) or 'empty'}) or use an accelerator index")
+            return index_of[value]
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for k, link in enumerate(up.links):
+            a, b = end(link.a, k, "a"), end(link.b, k, "b")
+            if a == b:
+                raise ValueError(f"scale_up.links[{k}] joins {link.a!r} to itself\n    fix: a link needs two different ends")
+            parent[root(a)] = root(b)
+        cut_off = [i for i in range(self.accelerators) if root(i) != root(0)]
+        if cut_off:
+            raise ValueError(f"accelerators {cut_off[:8]} are not linked to accelerator 0: a unit is one scale-up domain"
+                             "\n    fix: add links, or describe the parts as separate racks")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,10 +262,12 @@ class Accelerator:
 
 @dataclass(frozen=True)
 class ScaleUpTopology:
-    kind: Literal["switched", "full_mesh", "torus"]
+    kind: Literal["switched", "full_mesh", "torus", "links"]
     dims: tuple[int, ...] = ()
     wraparound: bool = True
     axis_link_bandwidth_bytes_per_s: tuple[float, ...] | None = None
+    switches: tuple[str, ...] = ()
+    links: tuple[tuple[int | str, int | str, float], ...] = ()  # (end, end, bytes/s per direction)
 
 
 @dataclass(frozen=True)
@@ -354,6 +410,9 @@ def _rack_from_spec(spec: RackSpec, accelerators: Mapping[str, Accelerator]) -> 
     if isinstance(up, TorusScaleUp):
         axis = None if up.axis_link_gb_per_s is None else tuple(b * GB for b in up.axis_link_gb_per_s)
         topology = ScaleUpTopology("torus", tuple(up.dims), up.wraparound, axis)
+    elif isinstance(up, LinksScaleUp):
+        topology = ScaleUpTopology("links", switches=tuple(up.switches),
+                                   links=tuple((link.a, link.b, link.gb_per_s * GB) for link in up.links))
     else:
         topology = ScaleUpTopology(up.kind)
     return RackType(spec.id, spec.name, accelerators[spec.accelerator], spec.accelerators, topology, spec.accelerators_per_host or 0)

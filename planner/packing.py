@@ -64,24 +64,17 @@ class StageItem:
     group: tuple = ()
 
 
-def place(racks: Sequence[RackSlots], items: Sequence[StageItem]) -> dict[tuple, list[tuple[int, int]]]:
-    """Assign every item: key -> [(rack index, first accelerator index)] (several racks for a stage
-    of whole racks). Largest stages first; a stage goes to the rack of its replica's previous stage
-    when that rack has a free block, else to the first rack that has one. Raises PlacementFailed."""
+def _free_blocks(rack: RackSlots, size: int) -> int:
+    return sum(1 for k in range(rack.size // size) if all(rack.free[k * size:(k + 1) * size]))
+
+
+def _place_stage_by_stage(racks: Sequence[RackSlots], slots: Sequence[StageItem]) -> dict[tuple, list[tuple[int, int]]]:
+    """Largest first into any free aligned block; a stage goes to the rack of its replica's previous
+    stage when that rack has room. Exact: items whose sizes divide one another always fit when the
+    aligned-block counts say they do."""
     assignment: dict[tuple, list[tuple[int, int]]] = {}
-    rack_size = racks[0].size if racks else 0
-    whole = [it for it in items if stage_kind(it.size, rack_size)[0] == "racks"]
-    slots = sorted((it for it in items if it not in whole), key=lambda it: -it.size)
-    for item in whole:
-        needed = stage_kind(item.size, rack_size)[1]
-        chosen = [r for r, rack in enumerate(racks) if rack.perfect][:needed]
-        if len(chosen) < needed:
-            raise PlacementFailed(f"stage {item.key} needs {needed} whole racks with every accelerator available")
-        for r in chosen:
-            racks[r].take_block(rack_size)
-        assignment[item.key] = [(r, 0) for r in chosen]
     last_rack: dict[tuple, int] = {}
-    for item in slots:
+    for item in sorted(slots, key=lambda it: -it.size):
         order = list(range(len(racks)))
         if item.group in last_rack:
             order.remove(last_rack[item.group])
@@ -94,4 +87,55 @@ def place(racks: Sequence[RackSlots], items: Sequence[StageItem]) -> dict[tuple,
                 break
         else:
             raise PlacementFailed(f"no rack has {item.size} free aligned accelerators for stage {item.key}")
+    return assignment
+
+
+def _place_replicas_whole(racks: Sequence[RackSlots], slots: Sequence[StageItem]) -> dict[tuple, list[tuple[int, int]]]:
+    """Every replica's stages in one rack (its pipeline traffic stays on scale-up links): replicas
+    largest stage first, each into the first rack with enough free aligned blocks; replicas that fit
+    no single rack are split afterwards, stage by stage."""
+    groups: dict[tuple, list[StageItem]] = {}
+    for item in slots:
+        groups.setdefault(item.group, []).append(item)
+    assignment: dict[tuple, list[tuple[int, int]]] = {}
+    leftovers: list[StageItem] = []
+    for members in sorted(groups.values(), key=lambda m: -m[0].size):
+        size = members[0].size
+        if any(it.size != size for it in members):
+            leftovers += members
+            continue
+        rack = next((r for r, rack in enumerate(racks) if _free_blocks(rack, size) >= len(members)), None)
+        if rack is None:
+            leftovers += members
+            continue
+        for it in members:
+            assignment[it.key] = [(rack, racks[rack].take_block(size))]
+    assignment.update(_place_stage_by_stage(racks, leftovers))
+    return assignment
+
+
+def place(racks: Sequence[RackSlots], items: Sequence[StageItem]) -> dict[tuple, list[tuple[int, int]]]:
+    """Assign every item: key -> [(rack index, first accelerator index)] (several racks for a stage
+    of whole racks). Stages of whole racks take perfect racks; the others go replica by replica into
+    one rack where possible, and if that greedy order fails, largest stage first (which succeeds
+    whenever any placement does). Raises PlacementFailed."""
+    assignment: dict[tuple, list[tuple[int, int]]] = {}
+    rack_size = racks[0].size if racks else 0
+    whole = [it for it in items if stage_kind(it.size, rack_size)[0] == "racks"]
+    slots = [it for it in items if it not in whole]
+    for item in whole:
+        needed = stage_kind(item.size, rack_size)[1]
+        chosen = [r for r, rack in enumerate(racks) if rack.perfect][:needed]
+        if len(chosen) < needed:
+            raise PlacementFailed(f"stage {item.key} needs {needed} whole racks with every accelerator available")
+        for r in chosen:
+            racks[r].take_block(rack_size)
+        assignment[item.key] = [(r, 0) for r in chosen]
+    saved = [list(rack.free) for rack in racks]
+    try:
+        assignment.update(_place_replicas_whole(racks, slots))
+    except PlacementFailed:
+        for rack, free in zip(racks, saved, strict=True):
+            rack.free[:] = free
+        assignment.update(_place_stage_by_stage(racks, slots))
     return assignment

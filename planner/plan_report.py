@@ -30,10 +30,12 @@ def expert_map_record(d: Deployment) -> dict | None:
     return {
         "n_ranks": p.n_ranks,
         "slots_per_rank": p.slots_per_rank,
+        "n_logical_experts": d.estimate.inputs.arch.moe.n_routed_experts,
         "method": p.method,
         "profile": p.profile,
         "imbalance": p.imbalance,
         "worst_gap_to_bound": p.worst_gap_to_bound,
+        "layers_proven_optimal": p.layers_proven_optimal,
         "layers": [{"layer": q.layer, "max_load": q.max_load, "mean_load": q.mean_load, "lower_bound": q.lower_bound}
                    for q in p.layers],
         "physical_to_logical_map": p.physical_to_logical(d.estimate.inputs.arch),
@@ -97,7 +99,9 @@ def solve_record(result: SolveResult) -> dict:
     if result.placement is not None:
         for i, d in enumerate(record["deployments"]):
             d["placement"] = [role_record(r) for r in result.placement.of_deployment(i)]
-        record["racks"] = {name: {"accelerators": n, "unavailable": list(broken)} for name, (n, broken) in result.placement.racks.items()}
+        host_size = {rack_id: rack.host_size for rack_id, rack in result.problem.hardware.racks.items()}
+        record["racks"] = {name: {"accelerators": n, "accelerators_per_host": host_size[name.split("#")[0]], "unavailable": list(broken)}
+                           for name, (n, broken) in result.placement.racks.items()}
     for d, deployment in zip(record["deployments"], result.deployments):
         d["expert_map"] = expert_map_record(deployment)
     record["problem_spec"] = result.problem.problem.model_dump(mode="json", exclude_none=True)
@@ -139,6 +143,24 @@ def _solve_core(result: SolveResult) -> dict:
     }
 
 
+def expert_lines(deployments) -> list[str]:
+    """One line per deployment with an expert map: slots, balance, gap to the bound, profile."""
+    lines = []
+    for d in deployments:
+        p = d.experts
+        if p is None:
+            continue
+        n_experts = d.estimate.inputs.arch.moe.n_routed_experts
+        worst = max(p.layers, key=lambda q: q.imbalance)
+        lines.append(
+            f"{d.candidate.workload} on {d.candidate.rack_id}: {p.n_ranks} ranks x {p.slots_per_rank} slots "
+            f"({n_experts} experts + {p.n_ranks * p.slots_per_rank - n_experts} redundant copies) for {len(p.layers)} MoE layers; "
+            f"max/mean load {p.imbalance:.4f} over the step (worst layer {worst.layer}: {worst.imbalance:.4f}), "
+            f"worst gap to the bound {p.worst_gap_to_bound:.2%} ({p.layers_proven_optimal} layers proven optimal); "
+            f"{p.method} in {p.time_s:.2f} s; profile: {p.profile or 'uniform'}")
+    return lines
+
+
 def _plan_table(result: SolveResult) -> Table:
     table = Table(title="Plan", title_justify="left")
     for name in ("workload", "rack", "layout", "batch", "replicas", "accel.", "TPOT", "TTFT", "out tok/s", "$/h", "$/M out", "binds", "dominant"):
@@ -165,6 +187,11 @@ def render_solve(result: SolveResult, console: Console) -> None:
         if result.explanation is not None:
             console.print("[bold]Why this plan[/bold]")
             for line in result.explanation.lines():
+                console.print(f"  - {escape(line)}")
+        lines = expert_lines(result.deployments)
+        if lines:
+            console.print("[bold]Expert placement[/bold] (load per expert-parallel rank; bound = max(mean, hottest copy))")
+            for line in lines:
                 console.print(f"  - {escape(line)}")
     if result.infeasibility is not None:
         console.print(f"[red bold]No plan:[/red bold] {escape(result.infeasibility.summary)}")

@@ -36,11 +36,12 @@ def render_placement(record: dict, console: Console, rack_filter: str | None = N
         if rack_filter and rack_filter not in (name, rack_id):
             continue
         size = info["accelerators"]
-        host = catalog[rack_id].host_size if rack_id in catalog else size
+        host = info.get("accelerators_per_host") or (catalog[rack_id].host_size if rack_id in catalog else size)
         used = sum(1 for k in range(size) if f"{name}/{k}" in cells)
-        if not used and not rack_filter and len(racks) > 12:
-            continue  # large fleets: idle racks are summarised below
-        table = Table(title=f"{name}: {used}/{size} accelerators in use", title_justify="left", show_header=False, box=None, padding=(0, 1))
+        if not used and not rack_filter:
+            continue  # idle racks are summarised below
+        console.print(f"[bold]{name}[/bold]: {used}/{size} accelerators in use")
+        table = Table(show_header=False, box=None, padding=(0, 1))
         for _ in range(min(host, size)):
             table.add_column(justify="center")
         broken = set(info.get("unavailable", []))
@@ -57,6 +58,6 @@ def render_placement(record: dict, console: Console, rack_filter: str | None = N
                     row.append("[dim]·[/dim]")
             table.add_row(*row)
         console.print(table)
-    idle = [n for n in racks if not any(f"{n}/" in a for a in cells) and (not rack_filter or rack_filter in (n, n.split('#')[0]))]
+    idle = [n for n in racks if not any(a.startswith(f"{n}/") for a in cells) and (not rack_filter or rack_filter in (n, n.split('#')[0]))]
     if idle:
         console.print(f"idle racks: {len(idle)} ({', '.join(idle[:6])}{', ...' if len(idle) > 6 else ''})")

@@ -71,7 +71,7 @@ class PrecisionSpec(EdgeModel):
 
 class SyntheticLoad(EdgeModel):
     distribution: Literal["lognormal", "uniform"] = Field(default="lognormal", description="per-expert load distribution")
-    sigma: float = Field(default=0.9, gt=0, le=5, description="lognormal sigma (0.9: the hottest of 256 experts near 3x the mean)")
+    sigma: float = Field(default=0.9, gt=0, le=5, description="lognormal sigma (0.9: the hottest of 256 experts near 8x the mean expert)")
     seed: int = Field(default=0, ge=0, description="random seed")
 
 

@@ -66,6 +66,20 @@ def _add_torus(graph: nx.Graph, members: list[str], rack: RackType, latency_s: f
                 graph.add_edge(a, b, kind=SCALE_UP, bandwidth_bytes_per_s=axis_bw[axis], latency_s=latency_s)
 
 
+def _add_links(graph: nx.Graph, members: list[str], prefix: str, rack: RackType, latency_s: float) -> None:
+    def node(end: int | str) -> str:
+        return members[end] if isinstance(end, int) else f"{prefix}/{end}"
+
+    for name in rack.topology.switches:
+        graph.add_node(f"{prefix}/{name}", kind="switch", rack=rack.id)
+    for a, b, bandwidth in rack.topology.links:
+        u, v = node(a), node(b)
+        if graph.has_edge(u, v):
+            graph[u][v]["bandwidth_bytes_per_s"] += bandwidth
+        else:
+            graph.add_edge(u, v, kind=SCALE_UP, bandwidth_bytes_per_s=bandwidth, latency_s=latency_s)
+
+
 def build_cluster_graph(
     rack_counts: Iterable[tuple[RackType, int]],
     *,
@@ -93,6 +107,8 @@ def build_cluster_graph(
                 _add_full_mesh(graph, members, rack, collective_latency_s)
             elif kind == "torus":
                 _add_torus(graph, members, rack, collective_latency_s)
+            elif kind == "links":
+                _add_links(graph, members, prefix, rack, collective_latency_s)
     return graph
 
 
@@ -159,8 +175,13 @@ def _group_subgraph(graph: nx.Graph, members: Sequence[str], include_fabric: boo
     outside the group are left out: in a serving replica every group runs its collectives at the
     same time, so a group cannot borrow its neighbours' links."""
     keep = set(members)
-    for m in members:
-        keep.update(o for o in graph.neighbors(m) if graph.nodes[o]["kind"] == "switch" and o != FABRIC)
+    frontier = list(members)
+    while frontier:  # switches reachable through switches (a two-level tree of an explicitly wired unit)
+        node = frontier.pop()
+        for other in graph.neighbors(node):
+            if other not in keep and other != FABRIC and graph.nodes[other]["kind"] == "switch":
+                keep.add(other)
+                frontier.append(other)
     if include_fabric:
         keep.add(FABRIC)
     return graph.subgraph(keep)

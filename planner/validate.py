@@ -136,7 +136,8 @@ def _check_deployment(resolved: ResolvedProblem, d: dict, where: str, out: list[
 
 
 def _check_racks(resolved: ResolvedProblem, deployments: list[dict], out: list[Violation]) -> None:
-    """First-fit-decreasing placement of every pipeline stage into the fleet's racks."""
+    """First-fit-decreasing placement of every pipeline stage into the fleet's racks, each rack with
+    its available accelerators (a necessary condition; `placement` checks the concrete blocks)."""
     for rack, count in resolved.rack_counts:
         if count is None:
             continue
@@ -146,8 +147,11 @@ def _check_racks(resolved: ResolvedProblem, deployments: list[dict], out: list[V
                 size = int(d["tp"]) * int(d["dp_attn"])
                 stages += [size] * (int(d["replicas"]) * int(d["pp"]))
         whole = sum(math.ceil(s / rack.n_accelerators) for s in stages if s > rack.n_accelerators)
-        free = [rack.n_accelerators] * max(0, count - whole)
-        fits = whole <= count
+        broken = resolved.unavailable.get(rack.id, {})
+        perfect = [i for i in range(count) if not broken.get(i)]
+        fits = whole <= len(perfect)  # a stage of whole racks needs racks with every accelerator available
+        kept = set(perfect[whole:]) | {i for i in range(count) if broken.get(i)}
+        free = [rack.n_accelerators - len(broken.get(i, ())) for i in sorted(kept)]
         for size in sorted((s for s in stages if s <= rack.n_accelerators), reverse=True):
             slot = next((i for i, room in enumerate(free) if room >= size), None) if fits else None
             if slot is None:
@@ -155,8 +159,9 @@ def _check_racks(resolved: ResolvedProblem, deployments: list[dict], out: list[V
                 break
             free[slot] -= size
         if not fits:
+            down = sum(len(b) for b in broken.values())
             out.append(Violation(f"racks[{rack.id}]", f"the plan's {len(stages)} pipeline stages ({sum(stages)} accelerators) do not "
-                                                      f"fit {count} x {rack.id}"))
+                                                      f"fit {count} x {rack.id}" + (f" with {down} accelerators unavailable" if down else "")))
 
 
 def _parse_node(name: str) -> tuple[str, int, int] | None:

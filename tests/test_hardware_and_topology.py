@@ -137,3 +137,50 @@ def test_a_custom_cluster_needs_no_code(hw):
     links = group_links(graph, accelerator_nodes(graph))
     assert links.injection_bytes_per_s == pytest.approx(450e9)  # two ring links of 225 GB/s
     assert links.bisection_bytes_per_s == pytest.approx(2 * 225e9)
+
+
+def _two_boards_spec(bridge_gb_per_s=100.0):
+    """Two 4-GPU boards, each a full mesh of 150 GB/s links, joined by one bridge link 3 <-> 4."""
+    links = [{"a": a, "b": b, "gb_per_s": 150} for board in (0, 4) for a in range(board, board + 4)
+             for b in range(a + 1, board + 4)]
+    links.append({"a": 3, "b": 4, "gb_per_s": bridge_gb_per_s})
+    return RackSpec(id="two-boards", name="two boards with a bridge", accelerator="h100-sxm", accelerators=8,
+                    scale_up={"kind": "links", "links": links})
+
+
+def test_explicit_links_set_the_bandwidths(hw):
+    catalog = hw.with_overrides(racks=[_two_boards_spec()])
+    graph = build_cluster_graph([(catalog.racks["two-boards"], 1)], collective_latency_s=1e-5)
+    nodes = accelerator_nodes(graph)
+    assert [len(d) for d in scale_up_domains(graph)] == [8]  # one domain, bridged
+    board = group_links(graph, nodes[:4])
+    assert board.injection_bytes_per_s == pytest.approx(3 * 150e9)
+    assert board.bisection_bytes_per_s == pytest.approx(4 * 150e9)  # {0,1} -> {2,3}: four links
+    whole = group_links(graph, nodes)
+    assert not whole.spans_domains
+    assert whole.bisection_bytes_per_s == pytest.approx(100e9)  # the bridge is the cut
+    assert group_to_group_bandwidth_bytes_per_s(graph, nodes[:4], nodes[4:]) == pytest.approx(100e9)
+
+
+def test_explicit_two_level_switch_tree(hw):
+    # 8 GPUs, two leaf switches of four, leaves joined to one spine by 200 GB/s each
+    links = [{"a": i, "b": "leaf0" if i < 4 else "leaf1", "gb_per_s": 400} for i in range(8)]
+    links += [{"a": "leaf0", "b": "spine", "gb_per_s": 200}, {"a": "leaf1", "b": "spine", "gb_per_s": 200}]
+    spec = RackSpec(id="tree-8", name="switch tree", accelerator="h100-sxm", accelerators=8,
+                    scale_up={"kind": "links", "switches": ["leaf0", "leaf1", "spine"], "links": links})
+    graph = build_cluster_graph([(hw.with_overrides(racks=[spec]).racks["tree-8"], 1)], collective_latency_s=1e-5)
+    nodes = accelerator_nodes(graph)
+    assert group_links(graph, nodes[:4]).bisection_bytes_per_s == pytest.approx(2 * 400e9)
+    assert group_links(graph, nodes).bisection_bytes_per_s == pytest.approx(200e9)  # oversubscribed spine
+
+
+@pytest.mark.parametrize(("links", "switches", "message"), [
+    ([{"a": 0, "b": 9, "gb_per_s": 1}], [], r"links\[0\]\.b = 9 is not an accelerator index"),
+    ([{"a": 0, "b": "sw", "gb_per_s": 1}], [], r"'sw' is not a switch of this unit"),
+    ([{"a": 0, "b": 1, "gb_per_s": 1}], [], r"accelerators \[2, 3\] are not linked"),
+    ([{"a": 1, "b": 1, "gb_per_s": 1}], [], "joins 1 to itself"),
+])
+def test_bad_explicit_links_are_named(links, switches, message):
+    with pytest.raises(ValueError, match=message):
+        RackSpec(id="bad", name="bad", accelerator="h100-sxm", accelerators=4,
+                 scale_up={"kind": "links", "switches": switches, "links": links})

@@ -30,7 +30,7 @@ def test_bundled_plans_pass_the_independent_check(solved, name):
     resolved, result = solved[name]
     assert result.status == "OPTIMAL" and result.stats.gap == 0.0
     record = solve_record(result)
-    assert check_plan(resolved, record) == []
+    assert check_plan(resolved, record, placement=True) == []
     score = score_plan(resolved, record)
     assert score.usd_per_hour == pytest.approx(result.usd_per_hour, rel=1e-9)
     if result.data.has_demand:  # the objective is the fleet's cost per hour, up to micro-dollar rounding

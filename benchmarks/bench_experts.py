@@ -1,0 +1,79 @@
+"""Expert placement benchmark: prints figures, asserts nothing (machines are noisy).
+
+For DeepSeek-V3 (256 routed experts, 58 MoE layers) and Kimi K2 (384 experts, 60 MoE layers), on
+skewed synthetic loads (lognormal sigma 0.9, the profile of ../shared/cpsat.md section 6) and
+several expert-parallel widths with one redundant slot per rank, compares:
+
+- eplb:   the EPLB-style baseline (hot experts replicated, then longest-processing-time packing);
+- ours:   the same two steps followed by the swap local search (planner's default);
+- cpsat:  ours as a complete hint to CP-SAT min-max (method "cpsat"), a few layers only.
+
+Per method: step imbalance (sum of the hottest rank's load over the sum of mean loads, the factor the
+MoE step time pays), the worst layer's gap to the lower bound max(mean rank load, hottest copy),
+and the median wall time over `--repeats` runs.
+
+    python benchmarks/bench_experts.py [--repeats 3] [--cpsat-layers 4] [--cpsat-seconds 2]
+"""
+
+import argparse
+import statistics
+import time
+
+from planner.experts import eplb_baseline, place_experts, synthetic_profile
+from planner.model_catalog import load_model_catalog
+
+CASES = [("deepseek-v3", 32), ("deepseek-v3", 64), ("deepseek-v3", 128), ("kimi-k2", 48), ("kimi-k2", 96), ("kimi-k2", 128)]
+
+
+class _FewLayers:
+    """A model restricted to its first `n` MoE layers (for the slow CP-SAT runs)."""
+
+    def __init__(self, arch, n: int):
+        self.moe, self.n_layers, self.n_moe_layers = arch.moe, n, n
+        self.layer_is_moe = (True,) * n
+
+
+def _timed(fn, repeats: int):
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return result, statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cpsat-layers", type=int, default=4)
+    parser.add_argument("--cpsat-seconds", type=float, default=2.0, help="CP-SAT time per layer")
+    args = parser.parse_args()
+    catalog = load_model_catalog()
+    head = f"{'model':12} {'EP':>4} {'layers':>6} {'method':6} {'imbalance':>10} {'worst gap':>10} {'time':>9}"
+    print(head)
+    print("-" * len(head))
+    for model_id, ep in CASES:
+        arch = catalog[model_id]
+        loads = synthetic_profile(arch, sigma=0.9, seed=0)
+        rows = [
+            ("eplb", arch, loads, lambda a=arch, lo=loads: eplb_baseline(a, lo, ep, 1)),
+            ("ours", arch, loads, lambda a=arch, lo=loads: place_experts(a, lo, ep, 1)),
+        ]
+        few = _FewLayers(arch, args.cpsat_layers)
+        few_loads = loads[: args.cpsat_layers]
+        rows += [
+            ("eplb", few, few_loads, lambda a=few, lo=few_loads: eplb_baseline(a, lo, ep, 1)),
+            ("ours", few, few_loads, lambda a=few, lo=few_loads: place_experts(a, lo, ep, 1)),
+            ("cpsat", few, few_loads, lambda a=few, lo=few_loads: place_experts(
+                a, lo, ep, 1, method="cpsat", time_limit_s=args.cpsat_seconds * args.cpsat_layers)),
+        ]
+        for method, a, _, fn in rows:
+            placement, seconds = _timed(fn, 1 if method == "cpsat" else args.repeats)
+            proven = f"  ({placement.layers_proven_optimal}/{len(placement.layers)} proven)" if method == "cpsat" else ""
+            print(f"{model_id:12} {ep:>4} {a.n_moe_layers:>6} {method:6} {placement.imbalance:>10.4f} "
+                  f"{placement.worst_gap_to_bound:>10.2%} {seconds:>8.3f}s{proven}")
+        print()
+
+
+if __name__ == "__main__":
+    main()

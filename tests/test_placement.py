@@ -1,0 +1,276 @@
+"""Concrete placement: stages on accelerators around broken ones (against brute force), experts on
+ranks (against brute force and the EPLB-style baseline), plan export and the independent check."""
+
+import itertools
+import json
+from functools import cache
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.cli import main
+from planner.experts import eplb_baseline, place_experts, synthetic_profile
+from planner.export import export_plan, placement_document
+from planner.packing import PlacementFailed, RackSlots, StageItem, place
+from planner.paths import data_dir
+from planner.plan_report import solve_record
+from planner.problem import load_problem, resolve_problem
+from planner.solve import solve
+from planner.validate import check_plan
+
+# ---------------------------------------------------------------------------------------------
+# stages into racks
+
+
+def aligned_placement_exists(rack_size: int, broken: tuple[frozenset[int], ...], sizes: tuple[int, ...]) -> bool:
+    """Brute force: every stage (a power of two) into an aligned block of free accelerators."""
+
+    @cache
+    def go(i: int, used: tuple[frozenset[int], ...]) -> bool:
+        if i == len(sizes):
+            return True
+        s = sizes[i]
+        for r, taken in enumerate(used):
+            for k in range(rack_size // s):
+                block = frozenset(range(k * s, (k + 1) * s))
+                if not block & taken and not block & broken[r]:
+                    if go(i + 1, used[:r] + (taken | block,) + used[r + 1:]):
+                        return True
+        return False
+
+    return go(0, tuple(frozenset() for _ in broken))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rack_size=st.sampled_from([4, 8, 16]), data=st.data())
+def test_stage_packing_around_broken_accelerators_matches_brute_force(rack_size, data):
+    n_racks = data.draw(st.integers(1, 3))
+    broken = tuple(frozenset(data.draw(st.sets(st.integers(0, rack_size - 1), max_size=3))) for _ in range(n_racks))
+    sizes = tuple(sorted(data.draw(st.lists(st.sampled_from([s for s in (1, 2, 4, 8) if s < rack_size or s == 4]),
+                                            min_size=1, max_size=7)), reverse=True))
+    items = [StageItem(("s", i), size, ("replica", i // 2)) for i, size in enumerate(sizes)]
+    racks = [RackSlots(f"r#{r}", rack_size, [i not in broken[r] for i in range(rack_size)]) for r in range(n_racks)]
+    expected = aligned_placement_exists(rack_size, broken, sizes)
+    try:
+        assignment = place(racks, items)
+    except PlacementFailed:
+        assert not expected
+        return
+    assert expected
+    seen = set()
+    for item in items:
+        ((r, start),) = assignment[item.key]
+        assert start % item.size == 0  # aligned
+        block = {(r, i) for i in range(start, start + item.size)}
+        assert not block & seen, "an accelerator used twice"
+        assert not any(i in broken[r] for _, i in block), "a broken accelerator used"
+        seen |= block
+
+
+def test_replicas_stay_in_one_rack_when_a_rack_can_hold_them():
+    # three boxes of 8, one GPU down in the second; five replicas of two 2-GPU stages
+    racks = [RackSlots(f"b#{r}", 8, [not (r == 1 and i == 5) for i in range(8)]) for r in range(3)]
+    items = [StageItem((rep, s), 2, (rep,)) for rep in range(5) for s in range(2)]
+    assignment = place(racks, items)
+    for rep in range(5):
+        assert assignment[(rep, 0)][0][0] == assignment[(rep, 1)][0][0], f"replica {rep} split over racks"
+
+
+# ---------------------------------------------------------------------------------------------
+# experts onto ranks
+
+
+class _Arch:
+    """The parts of a model the expert placement reads."""
+
+    def __init__(self, n_experts: int, n_layers: int = 1):
+        self.moe = type("Moe", (), {"n_routed_experts": n_experts})()
+        self.layer_is_moe = (True,) * n_layers
+        self.n_layers = n_layers
+        self.n_moe_layers = n_layers
+
+
+def brute_force_min_max(loads: list[float], copies: list[int], n_ranks: int, slots: int) -> float:
+    """Smallest possible max rank load: every copy of expert e carries loads[e]/copies[e], copies of
+    one expert on different ranks, `slots` per rank."""
+    items = [(loads[e] / copies[e], e) for e in range(len(loads)) for _ in range(copies[e])]
+    best = float("inf")
+    for assignment in itertools.product(range(n_ranks), repeat=len(items)):
+        count = [0] * n_ranks
+        load = [0.0] * n_ranks
+        holds = [set() for _ in range(n_ranks)]
+        ok = True
+        for (w, e), r in zip(items, assignment, strict=True):
+            if e in holds[r] or count[r] == slots:
+                ok = False
+                break
+            holds[r].add(e)
+            count[r] += 1
+            load[r] += w
+        if ok:
+            best = min(best, max(load))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_expert_placement_matches_brute_force_on_small_layers(seed):
+    rng = np.random.default_rng(seed)
+    loads = rng.lognormal(0, 0.9, size=6)
+    arch = _Arch(6)
+    ours = place_experts(arch, loads[None, :], n_ranks=3, redundant_per_rank=1, method="cpsat", time_limit_s=5)
+    (layer,) = ours.layers
+    optimum = brute_force_min_max(list(loads), list(layer.copies), 3, 3)
+    assert layer.max_load == pytest.approx(optimum, rel=1e-6)
+    assert layer.lower_bound <= optimum * (1 + 1e-12)
+
+
+def _assert_valid(placement, loads, n_experts):
+    for layer, row in zip(placement.layers, loads, strict=True):
+        held = [e for rank in layer.slots for e in rank]
+        assert sorted(set(held)) == list(range(n_experts)), "every expert placed"
+        assert all(len(rank) == placement.slots_per_rank and len(set(rank)) == len(rank) for rank in layer.slots)
+        copies = np.bincount(held, minlength=n_experts)
+        recomputed = [sum(row[e] / copies[e] for e in rank) for rank in layer.slots]
+        assert np.allclose(recomputed, layer.rank_loads)
+        assert sum(layer.rank_loads) == pytest.approx(row.sum())  # copies split an expert's load
+
+
+@pytest.mark.parametrize(("model", "ranks"), [("deepseek-v3", 64), ("kimi-k2", 96)])
+def test_expert_placement_beats_the_eplb_baseline_on_skewed_loads(models, model, ranks):
+    arch = models[model]
+    loads = synthetic_profile(arch, sigma=0.9, seed=1)[:6]
+    arch6 = _Arch(arch.moe.n_routed_experts, 6)
+    ours = place_experts(arch6, loads, ranks, redundant_per_rank=1)
+    baseline = eplb_baseline(arch6, loads, ranks, redundant_per_rank=1)
+    _assert_valid(ours, loads, arch.moe.n_routed_experts)
+    _assert_valid(baseline, loads, arch.moe.n_routed_experts)
+    assert all(a.max_load <= b.max_load + 1e-12 for a, b in zip(ours.layers, baseline.layers, strict=True))
+    assert ours.worst_gap_to_bound < 0.01  # cpsat.md section 6: greedy + swap within 0.4% of the bound
+
+
+# ---------------------------------------------------------------------------------------------
+# plans: placement in the JSON, check, export, view
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    out = {}
+    for name in ("custom-cluster-degraded-hgx", "deepseek-v3-wide-ep-skewed", "llama-3.1-405b-pipeline"):
+        resolved = resolve_problem(load_problem(data_dir("problems") / f"{name}.yaml"))
+        record = solve_record(solve(resolved))
+        path = tmp_path_factory.mktemp("plans") / f"{name}.json"
+        path.write_text(json.dumps(record))
+        out[name] = (resolved, record, path)
+    return out
+
+
+def test_custom_cluster_plan_avoids_the_failed_gpu_and_keeps_replicas_in_a_box(plans):
+    resolved, record, _ = plans["custom-cluster-degraded-hgx"]
+    assert check_plan(resolved, record, placement=True) == []
+    used = [role["accelerator"] for d in record["deployments"] for role in d["placement"]]
+    assert "hgx-h100#1/5" not in used and len(used) == len(set(used))
+    for d in record["deployments"]:
+        racks_of = {}
+        for role in d["placement"]:
+            racks_of.setdefault(role["replica"], set()).add(role["rack"])
+        assert all(len(r) == 1 for r in racks_of.values())
+
+
+def test_the_degraded_box_has_less_scale_up_bandwidth(plans):
+    from planner.topology import accelerator_nodes, build_cluster_graph, group_links
+
+    resolved = plans["custom-cluster-degraded-hgx"][0]
+    rack = resolved.hardware.racks["hgx-h100-3sw"]
+    graph = build_cluster_graph([(rack, 1)], collective_latency_s=1e-5)
+    # 13 of 18 NVLink 4 links remain: 4 + 4 + 5 links of 25 GB/s
+    assert group_links(graph, accelerator_nodes(graph)).injection_bytes_per_s == pytest.approx(325e9)
+
+
+def test_expert_maps_in_the_plan_are_complete_and_balanced(plans):
+    resolved, record, _ = plans["deepseek-v3-wide-ep-skewed"]
+    (d,) = record["deployments"]
+    emap = d["expert_map"]
+    assert emap["n_ranks"] == d["ep"] and emap["slots_per_rank"] == 256 // d["ep"] + 1
+    assert len(emap["physical_to_logical_map"]) == 61  # one row per layer, dense ones trivial
+    for layer in emap["layers"]:
+        assert layer["max_load"] >= layer["lower_bound"] * (1 - 1e-12)
+        assert layer["max_load"] / layer["mean_load"] < 1.01
+    assert check_plan(resolved, record, placement=True) == []
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["placement"][1].update(accelerator=d["placement"][0]["accelerator"]), "already used"),
+    (lambda d: d["placement"][0].update(accelerator="gb200-nvl72#7/0"), "not in the fleet"),
+    (lambda d: d["placement"][0].update(tp_rank=5), "ranks (tp, dp, ep)"),
+    (lambda d: d["placement"].pop(), "entries, replicas x accelerators"),
+    (lambda d: d["expert_map"]["physical_to_logical_map"][5].__setitem__(0, d["expert_map"]["physical_to_logical_map"][5][1]),
+     "not placed"),
+    (lambda d: [r.update(layers=[0, 30]) for r in d["placement"]], "do not cover layers"),
+])
+def test_check_names_what_a_hand_edit_broke(plans, edit, message):
+    resolved, record, _ = plans["deepseek-v3-wide-ep-skewed"]
+    broken = json.loads(json.dumps(record))
+    edit(broken["deployments"][0])
+    problems = [str(v) for v in check_plan(resolved, broken, placement=True)]
+    assert any(message in p for p in problems), problems
+
+
+def test_check_cli_exit_codes(plans, tmp_path, capsys):
+    _, record, path = plans["custom-cluster-degraded-hgx"]
+    assert main(["check", str(path)]) == 0
+    broken = json.loads(json.dumps(record))
+    broken["deployments"][0]["placement"][0]["accelerator"] = "hgx-h100#1/5"  # the failed GPU
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(broken))
+    assert main(["check", str(bad)]) == 1
+    captured = capsys.readouterr()
+    assert "'hgx-h100#1/5' is marked unavailable" in captured.out + captured.err
+    (tmp_path / "junk.json").write_text("{not json")
+    assert main(["check", str(tmp_path / "junk.json")]) == 2
+
+
+def test_placement_document_lists_every_accelerator_with_its_experts(plans):
+    _, record, _ = plans["deepseek-v3-wide-ep-skewed"]
+    doc = placement_document(record)
+    assert doc["format"] == "llm-deployment-placement" and doc["format_version"] == 1
+    (dep,) = doc["deployments"]
+    entries = [a for replica in dep["replicas"] for a in replica["accelerators"]]
+    assert len(entries) == record["deployments"][0]["accelerators"]
+    slots = dep["expert_map"]["slots_per_rank"]
+    first = entries[0]
+    assert first["host"].endswith("/host0") and len(first["experts_per_layer"]["3"]) == slots  # layer 3: first MoE layer
+    held = {e for a in entries for e in a["experts_per_layer"]["3"]}
+    assert held == set(range(256))
+
+
+def test_launch_scripts_use_each_engines_flags(plans):
+    _, record, _ = plans["deepseek-v3-wide-ep-skewed"]
+    d = record["deployments"][0]
+    redundant = d["ep"]  # one redundant slot per rank
+    vllm = export_plan(record, "vllm")
+    assert "vllm serve deepseek-ai/DeepSeek-V3" in vllm and "--enable-expert-parallel" in vllm
+    assert f"--data-parallel-size {d['dp_attn']}" in vllm and "--data-parallel-size-local 4" in vllm  # 4 GPUs per tray
+    assert f'"num_redundant_experts": {redundant}' in vllm and "--kv-cache-dtype fp8" in vllm
+    sglang = export_plan(record, "sglang")
+    assert f"--ep-size {d['ep']}" in sglang and "--enable-dp-attention" in sglang and "--init-expert-location" in sglang
+    assert f"--ep-num-redundant-experts {redundant}" in sglang and "physical_to_logical_map" in sglang
+    trt = export_plan(record, "trtllm")
+    assert f"--ep_size {d['ep']}" in trt and "enable_attention_dp: true" in trt
+    assert f"num_slots: {256 + redundant}" in trt and "initial_global_assignments:" in trt
+    pipeline = export_plan(plans["llama-3.1-405b-pipeline"][1], "vllm")
+    assert "--pipeline-parallel-size" in pipeline
+
+
+def test_export_and_view_cli(plans, tmp_path, capsys):
+    _, _, path = plans["custom-cluster-degraded-hgx"]
+    out = tmp_path / "placement.json"
+    assert main(["export", str(path), "--format", "json", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["format"] == "llm-deployment-placement"
+    assert main(["view", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "hgx-h100#1: 4/8 accelerators in use" in text and "idle racks: 1 (hgx-h100-3sw#0)" in text
+    with pytest.raises(SystemExit) as exc:  # argparse names the allowed formats
+        main(["export", str(path), "--format", "k8s"])
+    assert exc.value.code == 2 and "choose from 'json', 'vllm', 'sglang', 'trtllm'" in capsys.readouterr().err
