@@ -56,15 +56,15 @@ def main() -> None:
         arch = catalog[model_id]
         loads = synthetic_profile(arch, sigma=0.9, seed=0)
         rows = [
-            ("eplb", arch, loads, lambda a=arch, lo=loads: eplb_baseline(a, lo, ep, 1)),
-            ("ours", arch, loads, lambda a=arch, lo=loads: place_experts(a, lo, ep, 1)),
+            ("eplb", arch, loads, lambda a=arch, lo=loads, ep=ep: eplb_baseline(a, lo, ep, 1)),
+            ("ours", arch, loads, lambda a=arch, lo=loads, ep=ep: place_experts(a, lo, ep, 1)),
         ]
         few = _FewLayers(arch, args.cpsat_layers)
         few_loads = loads[: args.cpsat_layers]
         rows += [
-            ("eplb", few, few_loads, lambda a=few, lo=few_loads: eplb_baseline(a, lo, ep, 1)),
-            ("ours", few, few_loads, lambda a=few, lo=few_loads: place_experts(a, lo, ep, 1)),
-            ("cpsat", few, few_loads, lambda a=few, lo=few_loads: place_experts(
+            ("eplb", few, few_loads, lambda a=few, lo=few_loads, ep=ep: eplb_baseline(a, lo, ep, 1)),
+            ("ours", few, few_loads, lambda a=few, lo=few_loads, ep=ep: place_experts(a, lo, ep, 1)),
+            ("cpsat", few, few_loads, lambda a=few, lo=few_loads, ep=ep: place_experts(
                 a, lo, ep, 1, method="cpsat", time_limit_s=args.cpsat_seconds * args.cpsat_layers)),
         ]
         for method, a, _, fn in rows:

@@ -35,9 +35,8 @@ def aligned_placement_exists(rack_size: int, broken: tuple[frozenset[int], ...],
         for r, taken in enumerate(used):
             for k in range(rack_size // s):
                 block = frozenset(range(k * s, (k + 1) * s))
-                if not block & taken and not block & broken[r]:
-                    if go(i + 1, used[:r] + (taken | block,) + used[r + 1:]):
-                        return True
+                if not block & taken and not block & broken[r] and go(i + 1, used[:r] + (taken | block,) + used[r + 1:]):
+                    return True
         return False
 
     return go(0, tuple(frozenset() for _ in broken))
