@@ -12,12 +12,18 @@ Per method: step imbalance (sum of the hottest rank's load over the sum of mean 
 MoE step time pays), the worst layer's gap to the lower bound max(mean rank load, hottest copy),
 and the median wall time over `--repeats` runs.
 
+Part 2, re-placement in service: DeepSeek-V3 at EP64 placed for one profile, then the loads drift
+(each expert's load times lognormal(0, 0.3)); for move budgets per layer, the imbalance reached on
+the new loads and the expert copies that must be loaded.
+
     python benchmarks/bench_experts.py [--repeats 3] [--cpsat-layers 4] [--cpsat-seconds 2]
 """
 
 import argparse
 import statistics
 import time
+
+import numpy as np
 
 from planner.experts import eplb_baseline, place_experts, synthetic_profile
 from planner.model_catalog import load_model_catalog
@@ -73,6 +79,22 @@ def main() -> None:
             print(f"{model_id:12} {ep:>4} {a.n_moe_layers:>6} {method:6} {placement.imbalance:>10.4f} "
                   f"{placement.worst_gap_to_bound:>10.2%} {seconds:>8.3f}s{proven}")
         print()
+    _drift(catalog["deepseek-v3"], args.repeats)
+
+
+def _drift(arch, repeats: int, ep: int = 64) -> None:
+    loads = synthetic_profile(arch, sigma=0.9, seed=0)
+    previous = place_experts(arch, loads, ep, 1).physical_to_logical(arch)
+    drifted = loads * np.random.default_rng(7).lognormal(0, 0.3, size=loads.shape)
+    print(f"re-placement after drift: {arch.id}, EP{ep}, {arch.n_moe_layers} MoE layers, {ep * (arch.moe.n_routed_experts // ep + 1)} "
+          "slots per layer")
+    print(f"{'budget/layer':>12} {'imbalance':>10} {'moves':>7} {'time':>9}")
+    stay = place_experts(arch, drifted, ep, 1, previous=previous, max_moves_per_layer=0)
+    print(f"{'(unchanged)':>12} {stay.imbalance:>10.4f} {stay.moves:>7}")
+    for budget in (2, 8, 32, None):
+        placement, seconds = _timed(lambda b=budget: place_experts(arch, drifted, ep, 1, previous=previous, max_moves_per_layer=b), repeats)
+        label = "free" if budget is None else str(budget)
+        print(f"{label:>12} {placement.imbalance:>10.4f} {placement.moves:>7} {seconds:>8.3f}s")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ def expert_map_record(d: Deployment) -> dict | None:
         "imbalance": p.imbalance,
         "worst_gap_to_bound": p.worst_gap_to_bound,
         "layers_proven_optimal": p.layers_proven_optimal,
-        "layers": [{"layer": q.layer, "max_load": q.max_load, "mean_load": q.mean_load, "lower_bound": q.lower_bound}
+        "moves": p.moves,
+        "layers": [{"layer": q.layer, "max_load": q.max_load, "mean_load": q.mean_load, "lower_bound": q.lower_bound, "moves": q.moves}
                    for q in p.layers],
         "physical_to_logical_map": p.physical_to_logical(d.estimate.inputs.arch),
     }
@@ -143,10 +144,11 @@ def _solve_core(result: SolveResult) -> dict:
     }
 
 
-def expert_lines(deployments) -> list[str]:
-    """One line per deployment with an expert map: slots, balance, gap to the bound, profile."""
+def expert_lines(result: SolveResult) -> list[str]:
+    """One line per deployment with an expert map: slots, balance, gap to the bound, profile, moves."""
     lines = []
-    for d in deployments:
+    previous_plan = result.problem.problem.placement.previous_plan
+    for d in result.deployments:
         p = d.experts
         if p is None:
             continue
@@ -157,7 +159,11 @@ def expert_lines(deployments) -> list[str]:
             f"({n_experts} experts + {p.n_ranks * p.slots_per_rank - n_experts} redundant copies) for {len(p.layers)} MoE layers; "
             f"max/mean load {p.imbalance:.4f} over the step (worst layer {worst.layer}: {worst.imbalance:.4f}), "
             f"worst gap to the bound {p.worst_gap_to_bound:.2%} ({p.layers_proven_optimal} layers proven optimal); "
-            f"{p.method} in {p.time_s:.2f} s; profile: {p.profile or 'uniform'}")
+            f"{p.method} in {p.time_s:.2f} s; profile: {p.profile or 'uniform'}"
+            + ("" if p.moves is None else f"; {p.moves} expert copies to load from the previous plan "
+               f"(at most {max(q.moves for q in p.layers)} in one layer)")
+            + ("" if p.moves is not None or previous_plan is None else
+               f"; the previous plan has no {d.estimate.inputs.arch.id} map of {p.n_ranks} ranks x {p.slots_per_rank} slots: placed afresh"))
     return lines
 
 
@@ -188,7 +194,7 @@ def render_solve(result: SolveResult, console: Console) -> None:
             console.print("[bold]Why this plan[/bold]")
             for line in result.explanation.lines():
                 console.print(f"  - {escape(line)}")
-        lines = expert_lines(result.deployments)
+        lines = expert_lines(result)
         if lines:
             console.print("[bold]Expert placement[/bold] (load per expert-parallel rank; bound = max(mean, hottest copy))")
             for line in lines:

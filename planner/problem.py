@@ -5,6 +5,7 @@ Friendly units appear only where a field's name says so (`tpot_limit_ms`); `reso
 converts them once into SI values.
 """
 
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -113,6 +114,17 @@ class PlacementOptions(EdgeModel):
     method: Literal["greedy", "cpsat"] = Field(default="greedy", description="greedy + swap search, or that followed by CP-SAT")
     time_limit_s: float = Field(default=10.0, gt=0, description="time for the expert placement of one deployment (cpsat)")
     expert_load: ExpertLoadSpec | None = Field(default=None, description="default load profile of MoE models (none: uniform)")
+    previous_plan: str | None = Field(default=None, description="plan JSON (`planner solve --json`) of the deployment in service: "
+                                                                 "expert maps stay close to its maps (path relative to the problem file)")
+    max_expert_moves_per_layer: int | None = Field(default=None, ge=0, description="with previous_plan: expert copies each MoE layer "
+                                                                                    "may load onto a rank that did not hold them")
+
+    @model_validator(mode="after")
+    def _budget_needs_previous(self) -> "PlacementOptions":
+        if self.max_expert_moves_per_layer is not None and self.previous_plan is None:
+            raise ValueError("max_expert_moves_per_layer counts moves from a previous placement\n"
+                             "    fix: give placement.previous_plan, or drop the budget")
+        return self
 
 
 ModelRef = Annotated[
@@ -262,6 +274,11 @@ class ResolvedProblem:
     unavailable: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)  # rack id -> instance -> indices
     base_dir: str = "."  # the directory relative paths in the problem start from
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # expert maps of placement.previous_plan: (model id, ranks, slots per rank) -> physical-to-logical rows
+    previous_expert_maps: dict[tuple[str, int, int], list[list[int]]] = field(default_factory=dict)
+
+    def previous_expert_map(self, model_id: str, n_ranks: int, slots_per_rank: int) -> list[list[int]] | None:
+        return self.previous_expert_maps.get((model_id, n_ranks, slots_per_rank))
 
 
 def _expert_loads(arch: ModelArch, spec: "ExpertLoadSpec | None", base_dir: Path, field_name: str) -> tuple:
@@ -359,9 +376,42 @@ def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = 
         if arch is not None and w.input_tokens + w.output_tokens > arch.arch.max_context_tokens:
             issues.append(InputIssue(f"workloads[{i}]", f"{w.input_tokens} + {w.output_tokens} tokens exceed {arch.arch.id}'s "
                                      f"{arch.arch.max_context_tokens}-token context", "shorten the request or pick a longer-context model"))
+    previous = _previous_expert_maps(problem.placement.previous_plan, base_dir, models, issues)
     if issues:
         raise PlannerInputError(issues, source)
-    return ResolvedProblem(problem, hardware, models, tuple(workloads), tuple(rack_counts), unavailable, str(Path(base_dir).resolve()))
+    return ResolvedProblem(problem, hardware, models, tuple(workloads), tuple(rack_counts), unavailable, str(Path(base_dir).resolve()),
+                           previous_expert_maps=previous)
+
+
+def _previous_expert_maps(path_text: str | None, base_dir: Path, models: dict[str, ResolvedModel],
+                          issues: list[InputIssue]) -> dict[tuple[str, int, int], list[list[int]]]:
+    """Expert maps of a saved plan, keyed by (model id, ranks, slots per rank)."""
+    if path_text is None:
+        return {}
+    field_name = "placement.previous_plan"
+    path = Path(path_text)
+    path = path if path.is_absolute() else base_dir / path
+    try:
+        record = json.loads(path.read_text())
+        maps = {}
+        for d in record["deployments"]:
+            emap = d.get("expert_map")
+            if emap:
+                maps[(d["model"], int(emap["n_ranks"]), int(emap["slots_per_rank"]))] = [[int(e) for e in row] for row in emap["physical_to_logical_map"]]
+    except FileNotFoundError:
+        issues.append(InputIssue(field_name, f"{path} not found", "check the path (relative to the problem file)"))
+        return {}
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        issues.append(InputIssue(field_name, f"{path} is not a plan written by `planner solve --json` ({exc})",
+                                 "point it at the JSON of the plan in service"))
+        return {}
+    ids = {m.arch.id: m.arch for m in models.values()}
+    for (model_id, ranks, slots), rows in maps.items():
+        arch = ids.get(model_id)
+        if arch is not None and (len(rows) != arch.n_layers or any(len(row) != ranks * slots for row in rows)):
+            issues.append(InputIssue(field_name, f"the expert map of {model_id} has {len(rows)} rows of {len(rows[0]) if rows else 0} "
+                                                 f"slots, {arch.n_layers} rows of {ranks * slots} expected", "use a plan of the same model"))
+    return maps
 
 
 def _unavailable(names: list[str], counts: list[tuple[RackType, int | None]], issues: list[InputIssue]) -> dict[str, dict[int, tuple[int, ...]]]:

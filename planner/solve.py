@@ -138,7 +138,7 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
     ladder = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
     settings = CandidateSettings(problem.solver.overlap, problem.solver.prefill_chunk_tokens, problem.solver.max_batch_per_replica,
                                  problem.cluster.allow_spanning_domains, ladder, problem.placement.redundant_experts_per_rank)
-    imbalance = {key: _imbalance_function(model, problem.placement.redundant_experts_per_rank) for key, model in resolved.models.items()}
+    imbalance = {key: _imbalance_function(resolved, model) for key, model in resolved.models.items()}
     analyses: dict[tuple[str, str], RackAnalysis] = {}
     shared: dict[tuple, RackAnalysis] = {}
     candidates: list[Candidate] = []
@@ -172,15 +172,22 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
     return data, analyses
 
 
-def _imbalance_function(model: ResolvedModel, redundant: int) -> Callable[[int], float]:
-    """ep -> the expert imbalance a greedy + swap placement of the model's load profile reaches."""
-    if model.expert_loads is None:
+def _imbalance_function(resolved: ResolvedProblem, model: ResolvedModel) -> Callable[[int], float]:
+    """ep -> the expert imbalance a greedy + swap placement of the model's load profile reaches
+    (within the move budget from the previous plan's map, when there is one for that width)."""
+    options = resolved.problem.placement
+    if model.expert_loads is None and options.max_expert_moves_per_layer is None:
         return lambda ep: 1.0
+    loads = model.expert_loads if model.expert_loads is not None else synthetic_profile(model.arch, distribution="uniform")
+    redundant = options.redundant_experts_per_rank
     cache: dict[int, float] = {}
 
     def imbalance(ep: int) -> float:
         if ep not in cache:
-            cache[ep] = place_experts(model.arch, model.expert_loads, ep, redundant, method="greedy").imbalance
+            previous = resolved.previous_expert_map(model.arch.id, ep, model.arch.moe.n_routed_experts // ep + redundant)
+            budget = options.max_expert_moves_per_layer if previous is not None else None
+            cache[ep] = place_experts(model.arch, loads, ep, redundant, method="greedy", previous=previous if budget is not None else None,
+                                      max_moves_per_layer=budget).imbalance
         return cache[ep]
 
     return imbalance
@@ -283,13 +290,16 @@ def _canonical(model: cp_model.CpModel, v: PlanVars, data: PlanningData, objecti
     return v.extract(incumbent), solver.wall_time
 
 
-def _expert_placement(model: ResolvedModel, c: Candidate, options) -> ExpertPlacement | None:
+def _expert_placement(resolved: ResolvedProblem, model: ResolvedModel, c: Candidate, options) -> ExpertPlacement | None:
     """The final placement of a deployment's experts on its expert-parallel ranks."""
     if not model.arch.is_moe or c.layout.ep == 1:
         return None
     loads = model.expert_loads if model.expert_loads is not None else synthetic_profile(model.arch, distribution="uniform")
+    slots = model.arch.moe.n_routed_experts // c.layout.ep + options.redundant_experts_per_rank
+    previous = resolved.previous_expert_map(model.arch.id, c.layout.ep, slots)
     return place_experts(model.arch, loads, c.layout.ep, options.redundant_experts_per_rank, method=options.method,
-                         time_limit_s=options.time_limit_s, profile=model.expert_load_label)
+                         time_limit_s=options.time_limit_s, profile=model.expert_load_label, previous=previous,
+                         max_moves_per_layer=options.max_expert_moves_per_layer if previous is not None else None)
 
 
 def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int]) -> list[Deployment]:
@@ -299,7 +309,7 @@ def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int
         c = data.candidates[j]
         model = resolved.models[c.model_key]
         workload = next(w for w in resolved.workloads if w.name == c.workload)
-        experts = _expert_placement(model, c, problem.placement)
+        experts = _expert_placement(resolved, model, c, problem.placement)
         inputs = DeploymentInputs(model.arch, resolved.hardware.racks[c.rack_id], c.layout, c.batch, workload.input_tokens,
                                   workload.output_tokens, c.precisions, resolved.hardware.overheads, problem.solver.overlap,
                                   problem.solver.prefill_chunk_tokens, c.notes,

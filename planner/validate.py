@@ -67,15 +67,17 @@ def _inputs(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]
     precisions = Precisions(Precision(p["weights"]), Precision(p["kv_cache"]), Precision(p["activations"]),
                             FlopsFormat(p["compute"]), Precision(p["expert_weights"]))
     options = resolved.problem.solver
-    imbalance, redundant = _expert_figures(model, layout, d.get("expert_map"), where, out)
+    imbalance, redundant = _expert_figures(resolved, model, layout, d.get("expert_map"), where, out)
     return DeploymentInputs(model.arch, rack, layout, int(d["batch_per_replica"]), w.input_tokens, w.output_tokens,
                             precisions, resolved.hardware.overheads, options.overlap, options.prefill_chunk_tokens, (),
                             imbalance, redundant)
 
 
-def _expert_figures(model, layout: Layout, emap: dict | None, where: str, out: list[Violation]) -> tuple[float, int]:
+def _expert_figures(resolved: ResolvedProblem, model, layout: Layout, emap: dict | None, where: str,
+                    out: list[Violation]) -> tuple[float, int]:
     """Check an expert map and derive from it the redundant copies per rank and the load imbalance
-    it gives on the model's load profile (uniform when the problem gives none)."""
+    it gives on the model's load profile (uniform when the problem gives none); with a previous plan
+    and a move budget, the copies each layer loads onto a rank that did not hold them."""
     arch = model.arch
     if not arch.is_moe or layout.ep == 1:
         return 1.0, 0
@@ -93,6 +95,8 @@ def _expert_figures(model, layout: Layout, emap: dict | None, where: str, out: l
         out.append(Violation(f"{where}.expert_map.physical_to_logical_map", f"{len(rows)} rows for {arch.n_layers} layers"))
         return 1.0, 0
     max_sum = mean_sum = 0.0
+    previous = resolved.previous_expert_map(arch.id, ranks, slots)
+    budget = resolved.problem.placement.max_expert_moves_per_layer
     for k, layer in enumerate(moe_layers):
         row = [int(e) for e in rows[layer]]
         field = f"{where}.expert_map.physical_to_logical_map[{layer}]"
@@ -103,6 +107,11 @@ def _expert_figures(model, layout: Layout, emap: dict | None, where: str, out: l
         if missing:
             out.append(Violation(field, f"experts {missing[:8]}{'...' if len(missing) > 8 else ''} are not placed"))
         rank_slices = [row[r * slots:(r + 1) * slots] for r in range(ranks)]
+        if previous is not None and budget is not None:
+            moves = sum(len(set(rank_slices[r]) - set(previous[layer][r * slots:(r + 1) * slots])) for r in range(ranks))
+            if moves > budget:
+                out.append(Violation(field, f"loads {moves} expert copies onto ranks that did not hold them; "
+                                            f"placement.max_expert_moves_per_layer is {budget}"))
         for r, experts in enumerate(rank_slices):
             if len(set(experts)) != len(experts):
                 out.append(Violation(field, f"rank {r} holds an expert twice"))

@@ -3,7 +3,8 @@ ranks (against brute force and the EPLB-style baseline), plan export and the ind
 
 import itertools
 import json
-from functools import cache
+import operator
+from functools import cache, reduce
 
 import numpy as np
 import pytest
@@ -11,12 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.cli import main
-from planner.experts import eplb_baseline, place_experts, synthetic_profile
+from planner.experts import (
+    eplb_baseline,
+    max_overlap_assignment,
+    place_experts,
+    synthetic_profile,
+)
 from planner.export import export_plan, placement_document
 from planner.packing import PlacementFailed, RackSlots, StageItem, place
 from planner.paths import data_dir
 from planner.plan_report import solve_record
-from planner.problem import load_problem, resolve_problem
+from planner.problem import load_problem, parse_problem, resolve_problem
 from planner.solve import solve
 from planner.validate import check_plan
 
@@ -273,3 +279,121 @@ def test_export_and_view_cli(plans, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:  # argparse names the allowed formats
         main(["export", str(path), "--format", "k8s"])
     assert exc.value.code == 2 and "choose from 'json', 'vllm', 'sglang', 'trtllm'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# re-placing experts of a deployment in service: moves and a move budget
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
+def test_max_overlap_assignment_matches_brute_force(n):
+    rng = np.random.default_rng(n)
+    for _ in range(20):
+        overlap = rng.integers(0, 6, size=(n, n))
+        perm = max_overlap_assignment(overlap)
+        best = max(sum(overlap[i, p[i]] for i in range(n)) for p in itertools.permutations(range(n)))
+        assert sorted(perm) == list(range(n)) and sum(overlap[i, perm[i]] for i in range(n)) == best
+
+
+def _previous_map(placement, arch):
+    return placement.physical_to_logical(arch)
+
+
+def _drifted(loads, sigma, seed):
+    return loads * np.random.default_rng(seed).lognormal(0, sigma, size=loads.shape)
+
+
+def test_the_same_loads_again_move_nothing():
+    arch = _Arch(64, 3)
+    loads = np.random.default_rng(0).lognormal(0, 0.9, size=(3, 64))
+    first = place_experts(arch, loads, 16, 1)
+    # the same placement with its ranks shuffled is recognised: relabelling finds every copy in place
+    rows = _previous_map(first, arch)
+    shuffled = [reduce(operator.iadd, (row[r * 5:(r + 1) * 5] for r in np.random.default_rng(1).permutation(16)), []) for row in rows]
+    again = place_experts(arch, loads, 16, 1, previous=shuffled)
+    assert again.moves == 0 and again.imbalance == pytest.approx(first.imbalance)
+
+
+@pytest.mark.parametrize("budget", [0, 4, 16])
+def test_a_move_budget_is_kept_and_buys_balance(budget):
+    arch = _Arch(64, 4)
+    loads = np.random.default_rng(0).lognormal(0, 0.9, size=(4, 64))
+    rows = _previous_map(place_experts(arch, loads, 16, 1), arch)
+    drifted = _drifted(loads, 0.5, 1)
+    free = place_experts(arch, drifted, 16, 1, previous=rows)
+    capped = place_experts(arch, drifted, 16, 1, previous=rows, max_moves_per_layer=budget)
+    _assert_valid(capped, drifted, 64)
+    for layer, before in zip(capped.layers, rows, strict=True):
+        held = [set(before[r * 5:(r + 1) * 5]) for r in range(16)]
+        assert sum(len(set(rank) - h) for rank, h in zip(layer.slots, held, strict=True)) == layer.moves <= budget
+    stay = place_experts(arch, drifted, 16, 1, previous=rows, max_moves_per_layer=0)
+    assert free.imbalance <= capped.imbalance + 1e-12 <= stay.imbalance + 2e-12
+    if budget:
+        assert capped.imbalance < stay.imbalance  # a few moves already help
+    assert free.moves > 16 * 4  # re-placing from scratch would move far more
+
+
+def brute_force_min_max_with_budget(per_copy, copies, previous, slots, budget):
+    """Smallest max rank load with each expert's copies on distinct ranks and at most `budget`
+    copies on ranks that did not hold them before."""
+    n_ranks, experts = len(previous), len(per_copy)
+    best = float("inf")
+    options = [list(itertools.combinations(range(n_ranks), int(copies[e]))) for e in range(experts)]
+    for choice in itertools.product(*options):
+        count = [0] * n_ranks
+        load = [0.0] * n_ranks
+        moves = 0
+        for e, ranks in enumerate(choice):
+            for r in ranks:
+                count[r] += 1
+                load[r] += per_copy[e]
+                moves += e not in previous[r]
+        if max(count) <= slots and moves <= budget:
+            best = min(best, max(load))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cpsat_with_a_move_budget_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    arch = _Arch(6)
+    previous = [[0, 1, 2], [3, 4, 5], [0, 1, 3]]  # 3 ranks x 3 slots, experts 0, 1 and 3 twice
+    loads = rng.lognormal(0, 0.9, size=(1, 6))
+    placed = place_experts(arch, loads, 3, 1, method="cpsat", previous=[reduce(operator.iadd, previous, [])], max_moves_per_layer=1, time_limit_s=5)
+    (layer,) = placed.layers
+    copies = np.array(layer.copies)
+    optimum = brute_force_min_max_with_budget(loads[0] / copies, copies, [set(r) for r in previous], 3, 1)
+    assert layer.moves <= 1 and layer.max_load == pytest.approx(optimum, rel=1e-5)
+
+
+def test_a_previous_plan_in_the_problem(tmp_path, plans):
+    _, record, path = plans["deepseek-v3-wide-ep-skewed"]
+    problem = json.loads(json.dumps(record["problem_spec"]))
+    problem["placement"] |= {"previous_plan": str(path), "max_expert_moves_per_layer": 2,
+                             "expert_load": {"synthetic": {"sigma": 0.9, "seed": 3}}}
+    resolved = resolve_problem(parse_problem(problem))
+    result = solve(resolved)
+    plan = solve_record(result)
+    (d,) = plan["deployments"]
+    emap = d["expert_map"]
+    assert d["ep"] == record["deployments"][0]["ep"]  # the previous map applies
+    assert all(layer["moves"] <= 2 for layer in emap["layers"]) and emap["moves"] > 0
+    assert check_plan(resolved, plan, placement=True) == []
+    # a hand edit that moves more than the budget is caught
+    row = emap["physical_to_logical_map"][3]
+    emap["physical_to_logical_map"][3] = row[-emap["slots_per_rank"]:] + row[:-emap["slots_per_rank"]]
+    assert any("max_expert_moves_per_layer is 2" in str(v) for v in check_plan(resolved, plan, placement=True))
+
+
+def test_previous_plan_mistakes_name_the_field(tmp_path):
+    from planner.errors import PlannerInputError
+
+    base = {"name": "x", "model": "deepseek-v3", "cluster": {"racks": [{"type": "gb200-nvl72", "count": 1}]},
+            "workloads": [{"name": "w", "input_tokens": 1000, "output_tokens": 100, "tpot_limit_ms": 50}]}
+    with pytest.raises(PlannerInputError, match="placement.previous_plan"):
+        resolve_problem(parse_problem(base | {"placement": {"previous_plan": str(tmp_path / "missing.json")}}))
+    (tmp_path / "junk.json").write_text("[1, 2]")
+    with pytest.raises(PlannerInputError, match="not a plan written by"):
+        resolve_problem(parse_problem(base | {"placement": {"previous_plan": str(tmp_path / "junk.json")}}))
+    with pytest.raises(PlannerInputError, match="give placement.previous_plan"):
+        parse_problem(base | {"placement": {"max_expert_moves_per_layer": 3}})
