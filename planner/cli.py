@@ -218,6 +218,116 @@ def _cmd_view(args: argparse.Namespace, console: Console) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# sweeps: compare, frontier, curve
+
+
+def _problem_arg(text: str):
+    path = resolve_problem_path(text)
+    return load_problem(path), path
+
+
+class _Progress:
+    """A rich progress bar on standard error for sweeps: (done, total, what) callbacks."""
+
+    def __init__(self, label: str):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=True)
+        self.task = None
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if self.task is None:
+            self.task = self.bar.add_task(what, total=total)
+        self.bar.update(self.task, completed=done, description=what)
+
+
+def _write_text(path: str, text: str, console: Console) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    console.print(f"wrote {path}")
+
+
+def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
+    from planner.sweep_report import compare_record, render_compare
+    from planner.sweeps import compare_racks
+
+    problem, path = _problem_arg(args.problem)
+    racks = [r.strip() for r in args.racks.split(",") if r.strip()] if args.racks else list(load_hardware_catalog().racks)
+    with _Progress("planning on") as progress:
+        rows = compare_racks(problem, racks, base_dir=path.parent, count=args.count, time_limit_s=args.time_limit, progress=progress)
+    title = f"{problem.name}: the same workloads on each rack type ({'as many racks as needed' if args.count is None else f'{args.count} per type'})"
+    render_compare(rows, console, title)
+    if args.plot:
+        from planner.charts import plot_compare
+
+        console.print(f"wrote {plot_compare(rows, args.plot, title)}")
+    if args.json:
+        _write_json(args.json, compare_record(rows))
+        console.print(f"wrote {args.json}")
+    return EXIT_OK if any(r.usd_per_million_output_tokens is not None for r in rows) else EXIT_INFEASIBLE
+
+
+def _cmd_frontier(args: argparse.Namespace, console: Console) -> int:
+    from planner.sweep_report import frontier_csv, frontier_record, render_frontier
+    from planner.sweeps import sweep_frontier
+
+    problem, path = _problem_arg(args.problem)
+    with _Progress("sweeping") as progress:
+        frontier = sweep_frontier(problem, base_dir=path.parent, workload=args.workload, points=args.points,
+                                  min_tpot_s=None if args.min_tpot_ms is None else args.min_tpot_ms * 1e-3,
+                                  max_tpot_s=None if args.max_tpot_ms is None else args.max_tpot_ms * 1e-3,
+                                  time_limit_s=args.time_limit, progress=progress)
+    render_frontier(frontier, console)
+    if args.plot:
+        from planner.charts import plot_frontier
+
+        title = f"{problem.name}: {frontier.model}, workload {frontier.workload}"
+        console.print(f"wrote {plot_frontier(frontier, args.plot, title)}")
+    if args.csv:
+        _write_text(args.csv, frontier_csv(frontier), console)
+    if args.json:
+        _write_json(args.json, frontier_record(frontier))
+        console.print(f"wrote {args.json}")
+    return EXIT_OK if frontier.frontier else EXIT_INFEASIBLE
+
+
+def _cmd_curve(args: argparse.Namespace, console: Console) -> int:
+    from planner.sweep_report import curve_csv, curve_record, render_curve
+    from planner.sweeps import batch_curve
+
+    problem, path = _problem_arg(args.problem)
+    with console.status("solving and evaluating the batch range..."):
+        curve = batch_curve(problem, base_dir=path.parent, workload=args.workload, points=args.points)
+    render_curve(curve, console)
+    if args.plot:
+        from planner.charts import plot_curve
+
+        title = f"{curve.model} on {curve.rack_id}, {curve.layout.describe()}"
+        console.print(f"wrote {plot_curve(curve, args.plot, title)}")
+    if args.csv:
+        _write_text(args.csv, curve_csv(curve), console)
+    if args.json:
+        _write_json(args.json, curve_record(curve))
+        console.print(f"wrote {args.json}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
 # schema and catalog
 
 
@@ -340,6 +450,42 @@ def _add_plan_commands(sub: argparse._SubParsersAction) -> None:
     view.set_defaults(func=_cmd_view)
 
 
+def _add_sweeps(sub: argparse._SubParsersAction) -> None:
+    compare = sub.add_parser("compare", help="plan the same workloads on each rack generation, side by side",
+                             description="Re-plan the problem on each rack type alone and compare cost per token, throughput per "
+                                         "accelerator, TPOT, accelerators and racks, and the binding limit.")
+    compare.add_argument("problem", help="problem file, or the name of a bundled problem")
+    compare.add_argument("--racks", help="comma-separated rack ids (default: every rack type in the catalog)")
+    compare.add_argument("--count", type=_positive(int), default=None, help="racks of each type (default: as many as the plan needs)")
+    compare.add_argument("--time-limit", type=_positive(float), default=None, help="CP-SAT time limit per rack type, seconds")
+    compare.add_argument("--plot", metavar="PNG", help="also draw the comparison")
+    compare.add_argument("--json", metavar="PATH", help="also write the rows as JSON (SI units)")
+    compare.set_defaults(func=_cmd_compare)
+    frontier = sub.add_parser("frontier", help="the Pareto frontier of cost per token against per-user speed",
+                              description="Sweep one workload's TPOT limit from the fastest achievable to the HBM-bound batch, solving "
+                                          "each point with CP-SAT warm-started from the previous one; report the frontier.")
+    frontier.add_argument("problem", help="problem file, or the name of a bundled problem")
+    frontier.add_argument("--workload", help="workload to sweep (needed when the problem has several)")
+    frontier.add_argument("--points", type=_positive(int), default=16, help="TPOT limits to try (default 16)")
+    frontier.add_argument("--min-tpot-ms", type=_positive(float), default=None, help="tightest TPOT limit (default: the fastest layout's)")
+    frontier.add_argument("--max-tpot-ms", type=_positive(float), default=None, help="loosest TPOT limit (default: HBM-bound batches)")
+    frontier.add_argument("--time-limit", type=_positive(float), default=None, help="CP-SAT time limit per point, seconds")
+    frontier.add_argument("--plot", metavar="PNG", help="also draw the frontier")
+    frontier.add_argument("--csv", metavar="CSV", help="also write every point as CSV")
+    frontier.add_argument("--json", metavar="PATH", help="also write every point as JSON (SI units)")
+    frontier.set_defaults(func=_cmd_frontier)
+    curve = sub.add_parser("curve", help="cost per token and TPOT against batch size for the planned deployment",
+                           description="Solve the problem, take the workload's deployment and evaluate it over its batch range: "
+                                       "weight amortisation (cost ~ 1/B) down to the compute and KV floor, the plan's batch marked.")
+    curve.add_argument("problem", help="problem file, or the name of a bundled problem")
+    curve.add_argument("--workload", help="workload to use (needed when the problem has several)")
+    curve.add_argument("--points", type=_positive(int), default=48, help="batch sizes to evaluate (default 48)")
+    curve.add_argument("--plot", metavar="PNG", help="also draw the curve")
+    curve.add_argument("--csv", metavar="CSV", help="also write every batch as CSV")
+    curve.add_argument("--json", metavar="PATH", help="also write the curve as JSON (SI units)")
+    curve.set_defaults(func=_cmd_curve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="planner", description="Plan LLM deployments on clusters and cost each token.")
     parser.add_argument("--version", action="version", version=f"planner {__version__}")
@@ -347,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_solve(sub)
     _add_estimate(sub)
     _add_plan_commands(sub)
+    _add_sweeps(sub)
     schema = sub.add_parser("schema", help="print the JSON Schema of problem files")
     schema.add_argument("-o", "--output", help="write to a file instead of standard output")
     schema.set_defaults(func=_cmd_schema)

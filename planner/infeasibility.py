@@ -59,8 +59,13 @@ def _workload_alone(result, workload_name: str) -> Conflict | None:
         domain = rack.n_accelerators * rack.accelerator.hbm_capacity_bytes
         if a.rejected.get("hbm", 0) == a.layouts_tried - a.rejected.get("invalid", 0):
             families.add("hbm")
-            lines.append(f"on {a.rack_id}: no layout fits HBM; the smallest need is {format_bytes(a.min_hbm_need_bytes)} per "
-                         f"accelerator against {format_bytes(a.hbm_capacity_bytes)}; the weights alone are "
+            if math.isfinite(a.min_hbm_need_bytes):
+                need = f"the smallest need is {format_bytes(a.min_hbm_need_bytes)} per accelerator against {format_bytes(a.hbm_capacity_bytes)}"
+            else:  # no layout was worth evaluating: the weights alone overflow every split the fleet allows
+                count = {r.id: c for r, c in result.problem.rack_counts}.get(a.rack_id)
+                need = "the weights do not fit even spread over " + (
+                    f"all {count * rack.n_accelerators} accelerators of the fleet's {count} {a.rack_id}" if count else "the largest allowed group")
+            lines.append(f"on {a.rack_id}: no layout fits HBM; {need}; the weights alone are "
                          f"{format_bytes(_weights_bytes(result, workload_name))} and one scale-up domain holds {format_bytes(domain)}")
             relax.append("use racks with a larger scale-up domain, narrower weights (fp8/fp4), or cluster.allow_spanning_domains: true")
         elif w.tpot_limit_s is not None and a.min_tpot_s > w.tpot_limit_s:

@@ -34,7 +34,7 @@ from planner.model_builder import (
 )
 from planner.problem import Objective, ResolvedModel, ResolvedProblem
 
-__all__ = ["Deployment", "SolveResult", "SolverStats", "prepare", "set_parameters", "solve", "solve_data"]
+__all__ = ["Deployment", "SolveResult", "SolverStats", "expert_imbalance_functions", "hint_plan", "prepare", "set_parameters", "solve", "solve_data"]
 
 SEARCH_SHARE = 0.85  # of the time limit for the two search phases; the canonical tie-break gets the rest
 SINGLE_WORKER_SHARE = 0.4  # of the search time for the single-worker first phase
@@ -132,13 +132,16 @@ def set_parameters(solver: cp_model.CpSolver, *, time_limit_s: float, seed: int,
 
 
 def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
-            progress: Callable[[str], None] | None = None) -> tuple[PlanningData, dict[tuple[str, str], RackAnalysis]]:
-    """Step 1: candidates for every workload on every rack type, pruned, in canonical order."""
+            progress: Callable[[str], None] | None = None,
+            imbalance: dict[str, Callable[[int], float]] | None = None) -> tuple[PlanningData, dict[tuple[str, str], RackAnalysis]]:
+    """Step 1: candidates for every workload on every rack type, pruned, in canonical order.
+    `imbalance` (model key -> expert imbalance by EP width) reuses the expert placements of an
+    earlier call on the same models (sweeps)."""
     problem = resolved.problem
     ladder = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
     settings = CandidateSettings(problem.solver.overlap, problem.solver.prefill_chunk_tokens, problem.solver.max_batch_per_replica,
                                  problem.cluster.allow_spanning_domains, ladder, problem.placement.redundant_experts_per_rank)
-    imbalance = {key: _imbalance_function(resolved, model) for key, model in resolved.models.items()}
+    imbalance = imbalance if imbalance is not None else expert_imbalance_functions(resolved)
     analyses: dict[tuple[str, str], RackAnalysis] = {}
     shared: dict[tuple, RackAnalysis] = {}
     candidates: list[Candidate] = []
@@ -170,6 +173,11 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
         max_replicas=problem.solver.max_replicas,
     )
     return data, analyses
+
+
+def expert_imbalance_functions(resolved: ResolvedProblem) -> dict[str, Callable[[int], float]]:
+    """Model key -> (EP width -> expert imbalance), each cached."""
+    return {key: _imbalance_function(resolved, model) for key, model in resolved.models.items()}
 
 
 def _imbalance_function(resolved: ResolvedProblem, model: ResolvedModel) -> Callable[[int], float]:
@@ -225,6 +233,19 @@ def _hint(model: cp_model.CpModel, v: PlanVars, solver: cp_model.CpSolver) -> No
         model.add_hint(var, solver.value(var))
 
 
+def hint_plan(model: cp_model.CpModel, v: PlanVars, chosen: dict[int, int]) -> None:
+    """A complete hint from a plan (candidate index -> replicas): every replica count, used flag and
+    family literal; TPOT variables, when the objective has them, at the plan's values."""
+    model.clear_hints()
+    for j, var in enumerate(v.replicas):
+        model.add_hint(var, chosen.get(j, 0))
+        model.add_hint(v.used[j], 1 if chosen.get(j, 0) > 0 else 0)
+    for literal in v.families.values():
+        model.add_hint(literal, 1)
+    for var in v.workload_tpot.values():
+        model.add_hint(var, 0)  # only MIN_TPOT models have these; sweeps use cost objectives
+
+
 def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed: int, workers: int,
               relative_gap_limit: float, callback: cp_model.CpSolverSolutionCallback | None) -> tuple[cp_model.CpSolver, int, float]:
     """Deterministic search: one worker with the full linear relaxation first (it proves most of
@@ -249,12 +270,16 @@ def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed
 
 
 def solve_data(data: PlanningData, *, time_limit_s: float = 10.0, seed: int = 0, workers: int = 2, canonical: bool = True,
-               relative_gap_limit: float = 0.0, callback: cp_model.CpSolverSolutionCallback | None = None) -> RawSolution:
-    """Steps 2 and 3 on prepared data: the best plan, its objective, bound and gap."""
+               relative_gap_limit: float = 0.0, callback: cp_model.CpSolverSolutionCallback | None = None,
+               hint: dict[int, int] | None = None) -> RawSolution:
+    """Steps 2 and 3 on prepared data: the best plan, its objective, bound and gap. `hint` (candidate
+    index -> replicas) warm-starts the search, e.g. from the previous point of a sweep."""
     model, v = build_model(data)
     _fix_families(model, v)
     objective, resolution, unit = primary_objective(model, v, data)
     model.minimize(objective)
+    if hint is not None and data.objective is not Objective.MIN_TPOT:
+        hint_plan(model, v, hint)
     solver, status, wall = _minimise(model, v, time_limit_s=SEARCH_SHARE * time_limit_s, seed=seed, workers=workers,
                                      relative_gap_limit=relative_gap_limit, callback=callback)
     name = STATUS_NAMES.get(status, "UNKNOWN")
