@@ -216,6 +216,44 @@ def test_claim_8_output_tokens_cost_about_five_times_input_tokens(run_estimate):
     assert 4 < ratio < 7  # "~5x"
 
 
+def test_claim_10_fast_mode_buys_speed_at_a_steep_price(run_estimate):
+    """Llama 3.1 70B, TP8 on one HGX H100, 8K prompts: speed bought by shrinking the batch.
+
+    By hand: cost per token is price x G x TPOT / B (physics.md), so going from batch B1 to B2 at
+    speed-up s = TPOT(B1) / TPOT(B2) multiplies the price per token by r / s, r = B1 / B2.
+    Memory-bound with compute hidden, TPOT(B) = t_0 + B t_kv (weights and collectives fixed, KV per
+    sequence); with a = B1 t_kv / t_0 the batch share of the baseline step, s = (1 + a) / (1 + a / r),
+    so r = a s / (1 + a - s) and the price multiple is a / (1 + a - s). It exceeds s whenever a < s
+    (the fixed part is more than a third of the step for s = 2.5), and the lecture's "2.5x speed for
+    ~6x price" is a = 1.8. Here the HBM-bound batch has a ~ 2.4: 2.5x speed costs ~2.7x."""
+    isl, osl, s = 8192, 512, 2.5
+
+    def at(batch):
+        return run_estimate("llama-3.1-70b", "hgx-h100", batch, isl, osl, tp=8)
+
+    b1 = 64
+    while at(b1 * 2).memory.fits:
+        b1 *= 2
+    slow = at(b1)
+    lo, hi = 1, b1  # bisection: the largest batch with at least s times the speed
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if slow.tpot_s / at(mid).tpot_s >= s else (lo, mid)
+    fast = at(lo)
+    assert slow.decode_step.bound == fast.decode_step.bound == "memory"
+    speedup = slow.tpot_s / fast.tpot_s
+    price = fast.usd_per_million_output_tokens / slow.usd_per_million_output_tokens
+    assert price == pytest.approx((b1 / lo) / speedup, rel=1e-9)  # cost per token = price x G x TPOT / B
+    # the affine step of the docstring, from TPOT at batch 1 and at B1
+    t_kv = (slow.tpot_s - at(1).tpot_s) / (b1 - 1)
+    t_0 = at(1).tpot_s - t_kv
+    a = b1 * t_kv / t_0
+    assert a == pytest.approx(2.4, abs=0.2)
+    assert price == pytest.approx(a / (1 + a - s), rel=0.1)
+    assert speedup >= s and price > speedup  # steep: the price grows faster than the speed
+    assert 1.8 / (1 + 1.8 - s) == pytest.approx(6.0)  # the lecture's figure
+
+
 def test_claim_12_scale_up_domain_size_matters_more_than_flops(hw, run_estimate):
     """DeepSeek-V3 fp8 over 64 Blackwell GPUs: in one GB200 NVL72 rack vs eight HGX B200 boxes.
     Per-GPU FP8 FLOP/s differ by 5000/4500 = 1.11x and HBM bandwidth not at all, but in boxes the
