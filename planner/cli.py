@@ -332,7 +332,12 @@ def _cmd_curve(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace, console: Console) -> int:
-    text = json.dumps(problem_json_schema(), indent=2)
+    if args.markdown:
+        from planner.schema_doc import schema_markdown
+
+        text = schema_markdown().rstrip("\n")
+    else:
+        text = json.dumps(problem_json_schema(), indent=2)
     if args.output:
         Path(args.output).write_text(text + "\n")
     else:
@@ -494,7 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_estimate(sub)
     _add_plan_commands(sub)
     _add_sweeps(sub)
-    schema = sub.add_parser("schema", help="print the JSON Schema of problem files")
+    schema = sub.add_parser("schema", help="print the JSON Schema of problem files (or a Markdown reference)")
+    schema.add_argument("--markdown", action="store_true", help="the field reference as Markdown tables (as in the README)")
     schema.add_argument("-o", "--output", help="write to a file instead of standard output")
     schema.set_defaults(func=_cmd_schema)
     catalog = sub.add_parser("catalog", help="list accelerators, racks and models with their key numbers")

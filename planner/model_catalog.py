@@ -32,7 +32,7 @@ PositiveInt = Annotated[int, Field(ge=1)]
 class AttentionSpec(EdgeModel):
     """Attention block. `gqa` covers MHA, GQA and MQA; `mla` is DeepSeek's latent attention."""
 
-    kind: Literal["gqa", "mla"]
+    kind: Literal["gqa", "mla"] = Field(description="gqa (also MHA and MQA) or mla")
     n_heads: PositiveInt = Field(description="query heads")
     n_kv_heads: PositiveInt | None = Field(default=None, description="key/value heads (gqa)")
     head_dim: PositiveInt | None = Field(default=None, description="head dimension (gqa)")
@@ -68,9 +68,9 @@ class MoESpec(EdgeModel):
     """Mixture-of-experts MLP. Layer i is MoE iff i >= first_dense_layers and
     (i - first_dense_layers + 1) % moe_every == 0."""
 
-    n_routed_experts: PositiveInt
+    n_routed_experts: PositiveInt = Field(description="routed experts per MoE layer")
     experts_per_token: PositiveInt = Field(description="routed experts each token uses (top-k)")
-    expert_intermediate_size: PositiveInt
+    expert_intermediate_size: PositiveInt = Field(description="FFN width of one expert")
     n_shared_experts: int = Field(default=0, ge=0, description="always-on experts per MoE layer")
     shared_expert_intermediate_size: PositiveInt | None = Field(default=None, description="default: expert_intermediate_size")
     first_dense_layers: int = Field(default=0, ge=0, description="leading layers with a dense MLP")
@@ -92,7 +92,7 @@ class WindowSpec(EdgeModel):
     """Sliding-window or chunked local attention. Layer i attends over the full context iff
     global_every > 0 and (i + 1) % global_every == 0; every other layer keeps window_tokens."""
 
-    window_tokens: PositiveInt
+    window_tokens: PositiveInt = Field(description="tokens a windowed layer attends to")
     global_every: int = Field(default=0, ge=0, description="0 = every layer is windowed")
 
 
@@ -106,21 +106,21 @@ class PublishedSpec(EdgeModel):
 class ModelSpec(EdgeModel):
     """A model architecture as written in `models/*.yaml` or inline in a problem file."""
 
-    id: CatalogId
-    name: str
+    id: CatalogId = Field(description="lowercase kebab-case id, e.g. llama-3.1-70b")
+    name: str = Field(description="display name")
     hf_repo: str | None = Field(default=None, description="Hugging Face repository")
-    n_layers: PositiveInt
-    hidden_size: PositiveInt
-    vocab_size: PositiveInt
-    tie_word_embeddings: bool = False
-    attention: AttentionSpec
+    n_layers: PositiveInt = Field(description="transformer blocks")
+    hidden_size: PositiveInt = Field(description="model width d")
+    vocab_size: PositiveInt = Field(description="tokenizer vocabulary")
+    tie_word_embeddings: bool = Field(default=False, description="the LM head reuses the input embedding")
+    attention: AttentionSpec = Field(description="attention block")
     dense_intermediate_size: PositiveInt | None = Field(default=None, description="FFN width of dense layers")
-    moe: MoESpec | None = None
-    attention_window: WindowSpec | None = None
-    max_context_tokens: PositiveInt
-    native_weights_precision: Precision = Precision.BF16
+    moe: MoESpec | None = Field(default=None, description="mixture-of-experts MLP (omit for a dense model)")
+    attention_window: WindowSpec | None = Field(default=None, description="sliding-window / chunked attention layers")
+    max_context_tokens: PositiveInt = Field(description="longest context the model supports")
+    native_weights_precision: Precision = Field(default=Precision.BF16, description="format the weights ship in")
     native_expert_weights_precision: Precision | None = Field(default=None, description="if experts ship in another format")
-    published: PublishedSpec | None = None
+    published: PublishedSpec | None = Field(default=None, description="the authors' parameter counts, to check ours against")
     sources: dict[str, str] = Field(default_factory=dict, description="where the numbers come from")
 
     @model_validator(mode="after")

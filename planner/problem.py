@@ -92,20 +92,20 @@ class ExpertLoadSpec(EdgeModel):
 
 class CatalogModelRef(EdgeModel):
     catalog: str = Field(description="model id from the built-in catalog (`planner catalog`)")
-    precisions: PrecisionSpec | None = None
+    precisions: PrecisionSpec | None = Field(default=None, description="formats for this model, over the problem's defaults")
     expert_load: ExpertLoadSpec | None = Field(default=None, description="expert load profile of this model (MoE only)")
 
 
 class ConfigJsonModelRef(EdgeModel):
     config_json: str = Field(description="path to a Hugging Face config.json, relative to the problem file")
     id: CatalogId | None = Field(default=None, description="id to give the imported model")
-    precisions: PrecisionSpec | None = None
+    precisions: PrecisionSpec | None = Field(default=None, description="formats for this model, over the problem's defaults")
     expert_load: ExpertLoadSpec | None = Field(default=None, description="expert load profile of this model (MoE only)")
 
 
 class InlineModelRef(EdgeModel):
     inline: ModelSpec = Field(description="the architecture written out in the catalog's format")
-    precisions: PrecisionSpec | None = None
+    precisions: PrecisionSpec | None = Field(default=None, description="formats for this model, over the problem's defaults")
     expert_load: ExpertLoadSpec | None = Field(default=None, description="expert load profile of this model (MoE only)")
 
 
@@ -199,15 +199,16 @@ class Problem(EdgeModel):
     """A deployment problem: models, precisions, cluster, workloads, objective and solver options."""
 
     name: str = Field(default="problem", description="short name")
-    description: str | None = None
+    description: str | None = Field(default=None, description="free text shown nowhere but kept with the plan")
     model: ModelRef | None = Field(default=None, description="the model, when there is only one")
     models: dict[str, ModelRef] | None = Field(default=None, description="several models by key")
     precisions: PrecisionSpec = Field(default_factory=PrecisionSpec, description="default formats for every model")
-    cluster: ClusterSpec
-    workloads: list[WorkloadSpec] = Field(min_length=1)
-    objective: Objective = Objective.MIN_COST
+    cluster: ClusterSpec = Field(description="the fleet: rack types and counts, custom hardware, prices, unavailable accelerators")
+    workloads: list[WorkloadSpec] = Field(min_length=1, description="the traffic to serve: prompt and output lengths, demand, latency limits")
+    objective: Objective = Field(default=Objective.MIN_COST, description="min_cost (fleet USD/h for the demand, or USD per token without one), "
+                                                                         "max_throughput_per_accelerator, or min_tpot under cost_cap_usd_per_hour")
     cost_cap_usd_per_hour: float | None = Field(default=None, gt=0, description="fleet cost cap for objective min_tpot")
-    solver: SolverOptions = Field(default_factory=SolverOptions)
+    solver: SolverOptions = Field(default_factory=SolverOptions, description="CP-SAT and candidate-enumeration options")
     placement: PlacementOptions = Field(default_factory=PlacementOptions, description="how experts are placed on their ranks")
 
     @model_validator(mode="after")

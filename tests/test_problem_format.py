@@ -97,3 +97,14 @@ def test_several_models_need_keys():
 def test_schema_describes_every_top_level_field():
     schema = problem_json_schema()
     assert {"model", "models", "precisions", "cluster", "workloads", "objective", "solver"} <= set(schema["properties"])
+
+
+def test_readme_reference_matches_the_schema():
+    """The README's problem-file reference is `planner schema --markdown`, byte for byte."""
+    from pathlib import Path
+
+    from planner.schema_doc import README_BEGIN, README_END, schema_markdown
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    inside = readme.split(README_BEGIN, 1)[1].split(README_END, 1)[0]
+    assert inside.strip() == schema_markdown().strip(), "regenerate it: planner schema --markdown"

@@ -12,7 +12,13 @@ from planner.errors import PlannerInputError
 from planner.paths import data_dir
 from planner.problem import load_problem, resolve_problem
 from planner.solve import prepare, solve_data
-from planner.sweeps import _one_workload, _with_tpot_limit, batch_curve, compare_racks, sweep_frontier
+from planner.sweeps import (
+    _one_workload,
+    _with_tpot_limit,
+    batch_curve,
+    compare_racks,
+    sweep_frontier,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,0 +1,46 @@
+"""One-call evaluation of a catalog model on a catalog rack, for scripts and notebooks.
+
+    from planner.quick import evaluate
+    e = evaluate("llama-3.1-70b", "hgx-h100", batch=64, input_tokens=2048, output_tokens=128, tp=8)
+    e.tpot_s, e.usd_per_million_output_tokens, e.decode_step.dominant_term
+
+Precisions resolve as in a problem file (weights default to the model's native format, compute to
+the weights' format or the next wider one the accelerator has); bad names and layouts raise
+PlannerInputError with the field and the fix.
+"""
+
+from planner.deployment import Layout, layout_issues
+from planner.errors import PlannerInputError, unknown_name_issue
+from planner.estimate import DeploymentInputs, Estimate, estimate
+from planner.hardware import load_hardware_catalog
+from planner.model_catalog import load_model_catalog
+from planner.problem import PrecisionSpec, resolve_precisions
+from planner.roofline import OverlapPolicy
+
+__all__ = ["evaluate", "inputs_for"]
+
+
+def inputs_for(model: str, rack: str, batch: int, input_tokens: int, output_tokens: int, *, tp: int = 1, ep: int = 1, pp: int = 1,
+               dp_attn: int | None = None, weights: str | None = None, kv_cache: str = "bf16", compute: str | None = None,
+               overlap: OverlapPolicy = OverlapPolicy.SERIAL) -> DeploymentInputs:
+    """The DeploymentInputs of one replica (see `evaluate`)."""
+    hardware, models = load_hardware_catalog(), load_model_catalog()
+    if model not in models:
+        raise PlannerInputError(unknown_name_issue("model", "model", model, models))
+    if rack not in hardware.racks:
+        raise PlannerInputError(unknown_name_issue("rack", "rack", rack, hardware.racks))
+    arch, rack_type = models[model], hardware.racks[rack]
+    layout = Layout(tp, ep, pp, dp_attn) if dp_attn else Layout.with_default_dp_attn(tp, ep, pp)
+    issues = layout_issues(arch, layout, batch)
+    if issues:
+        raise PlannerInputError(issues)
+    spec = PrecisionSpec(weights=weights, kv_cache=kv_cache, compute=compute)
+    precisions, notes = resolve_precisions(spec, arch, rack_type.accelerator)
+    return DeploymentInputs(arch, rack_type, layout, batch, input_tokens, output_tokens, precisions, hardware.overheads, overlap,
+                            notes=notes)
+
+
+def evaluate(model: str, rack: str, batch: int, input_tokens: int, output_tokens: int, **layout_and_formats) -> Estimate:
+    """Evaluate `model` on one replica of `rack`: keyword arguments tp, ep, pp, dp_attn, weights,
+    kv_cache, compute, overlap as in `inputs_for`."""
+    return estimate(inputs_for(model, rack, batch, input_tokens, output_tokens, **layout_and_formats))
