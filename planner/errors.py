@@ -61,12 +61,15 @@ def unknown_name_issue(field: str, kind: str, name: str, choices: Iterable[str])
     return InputIssue(field, f"unknown {kind} '{name}'. {hint}".strip(), f"use one of: {listing}")
 
 
+UNION_TAG_PREFIXES = ("function-", "tagged-union", "union[", "tag:")  # pydantic's names for union members, not fields
+
+
 def _location(loc: tuple) -> str:
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif not str(item).startswith(("function-", "tagged-union", "union[")):
+        elif not str(item).startswith(UNION_TAG_PREFIXES):
             parts.append(("." if parts else "") + str(item))
     return "".join(parts) or "(top level)"
 
@@ -86,20 +89,66 @@ def _fix_for(error: dict) -> str:
         return "write a number (YAML needs a dot in exponent form: 3.35e+12, or plain 3350000000000)"
     if kind in ("enum", "literal_error"):
         return f"use one of: {ctx.get('expected', 'the listed values')}"
+    if kind == "scale_up_kind":
+        return "write scale_up: {kind: switched}, full_mesh, torus (with dims) or links (with a links list)"
     if kind == "value_error":
         return str(ctx.get("fix", "see the message"))
     return "correct the value (`planner schema` describes every field)"
 
 
-def issues_from_validation_error(exc: ValidationError, prefix: str = "") -> list[InputIssue]:
-    """Turn pydantic's errors into field / problem / fix issues."""
+def _sibling_fields(schema: dict, loc: tuple) -> set[str]:
+    """The field names allowed next to the one at `loc` (the object that holds it), found by walking
+    the JSON Schema; every alternative of a union counts. Empty when the walk gets lost."""
+    defs = schema.get("$defs", {})
+
+    def expand(node: dict) -> list[dict]:
+        if "$ref" in node:
+            return expand(defs.get(node["$ref"].rsplit("/", 1)[-1], {}))
+        alternatives = node.get("anyOf") or node.get("oneOf")
+        if alternatives:
+            return [n for alt in alternatives for n in expand(alt)]
+        return [node]
+
+    def kind_of(node: dict) -> object:
+        kind = node.get("properties", {}).get("kind", {})
+        return kind.get("const", (kind.get("enum") or [None])[0])
+
+    nodes = expand(schema)
+    for key in loc[:-1]:
+        if isinstance(key, str) and key.startswith(UNION_TAG_PREFIXES):
+            continue
+        tagged = [n for n in nodes if isinstance(key, str) and kind_of(n) == key]
+        if tagged:  # a discriminated union member named by its `kind`
+            nodes = tagged
+            continue
+        following = []
+        for node in nodes:
+            if isinstance(key, int) and node.get("type") == "array":
+                following += expand(node.get("items", {}))
+            elif isinstance(key, str) and key in node.get("properties", {}):
+                following += expand(node["properties"][key])
+            elif isinstance(key, str) and isinstance(node.get("additionalProperties"), dict):
+                following += expand(node["additionalProperties"])
+        nodes = following
+    return {name for node in nodes for name in node.get("properties", {})}
+
+
+def issues_from_validation_error(exc: ValidationError, prefix: str = "", model=None) -> list[InputIssue]:
+    """Turn pydantic's errors into field / problem / fix issues. With `model` (the pydantic class
+    validated), a misspelt field gets the closest real field names."""
     issues = []
+    schema = model.model_json_schema() if model is not None else None
     for error in exc.errors(include_url=False):
         field = _location(error["loc"])
         if prefix:
             field = prefix if field == "(top level)" else f"{prefix}.{field}"
         message = error["msg"].removeprefix("Value error, ")
         fix = _fix_for(error)
+        if error["type"] == "extra_forbidden" and schema is not None:
+            close = closest_names(str(error["loc"][-1]), _sibling_fields(schema, error["loc"]))
+            if close:
+                message = f"unknown field '{error['loc'][-1]}'. did you mean {', '.join(repr(c) for c in close)}?"
+                fix = f"rename it to '{close[0]}' or remove it (`planner schema --markdown` lists every field)"
         if error["type"] == "value_error" and "\n    fix: " in message:
             message, fix = message.split("\n    fix: ", 1)
         issues.append(InputIssue(field, message, fix))

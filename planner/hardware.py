@@ -10,9 +10,12 @@ from typing import Annotated, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     StringConstraints,
+    Tag,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -59,6 +62,12 @@ def _check_magnitude(value: float, field_name: str, limit: float, likely_unit: s
         raise ValueError(f"{field_name} = {value:g} looks like {likely_unit}\n    fix: {fix}")
 
 
+def _check_small(value: float, field_name: str, limit: float, likely_unit: str, fix: str) -> None:
+    """Catch a value written in a larger unit than asked (TB/s where GB/s is asked)."""
+    if value < limit:
+        raise ValueError(f"{field_name} = {value:g} looks like {likely_unit}\n    fix: {fix}")
+
+
 class AcceleratorSpec(EdgeModel):
     """One accelerator as written in a catalog or problem file (friendly units, named in each field)."""
 
@@ -86,14 +95,37 @@ class AcceleratorSpec(EdgeModel):
         default_factory=dict, description="citation key (topologies/sources.yaml) for each numeric field"
     )
 
+    # Per-field unit checks (pydantic reports every failing field at once).
+    @field_validator("hbm_capacity_gb")
+    @classmethod
+    def _capacity_unit(cls, value: float) -> float:
+        _check_magnitude(value, "hbm_capacity_gb", 1e5, "bytes", "write decimal gigabytes, e.g. 80 for 80 GB")
+        _check_small(value, "hbm_capacity_gb", 1.0, "terabytes", "write decimal gigabytes, e.g. 288 for 0.288 TB")
+        return value
+
+    @field_validator("hbm_bandwidth_tb_per_s")
+    @classmethod
+    def _bandwidth_unit(cls, value: float) -> float:
+        _check_magnitude(value, "hbm_bandwidth_tb_per_s", 1e3, "GB/s or bytes/s", "write TB/s, e.g. 3.35")
+        return value
+
+    @field_validator("dense_tflop_per_s")
+    @classmethod
+    def _flops_unit(cls, value: dict) -> dict:
+        for fmt, tflops in value.items():
+            _check_magnitude(tflops, f"dense_tflop_per_s.{fmt}", 1e7, "FLOP/s", "write TFLOP/s, e.g. 989.5")
+            _check_small(tflops, f"dense_tflop_per_s.{fmt}", 1.0, "PFLOP/s", "write TFLOP/s, e.g. 5000 for 5 PFLOP/s")
+        return value
+
+    @field_validator("scale_up_gb_per_s", "scale_out_gb_per_s")
+    @classmethod
+    def _link_unit(cls, value: float, info) -> float:
+        _check_magnitude(value, info.field_name, 1e6, "bytes/s", "write GB/s per direction, e.g. 450")
+        _check_small(value, info.field_name, 0.5, "TB/s", "write GB/s per direction, e.g. 900 for 0.9 TB/s")
+        return value
+
     @model_validator(mode="after")
     def _units_and_sources(self) -> "AcceleratorSpec":
-        _check_magnitude(self.hbm_capacity_gb, "hbm_capacity_gb", 1e5, "bytes", "write decimal gigabytes, e.g. 80 for 80 GB")
-        _check_magnitude(self.hbm_bandwidth_tb_per_s, "hbm_bandwidth_tb_per_s", 1e3, "GB/s or bytes/s", "write TB/s, e.g. 3.35")
-        for fmt, tflops in self.dense_tflop_per_s.items():
-            _check_magnitude(tflops, f"dense_tflop_per_s.{fmt}", 1e7, "FLOP/s", "write TFLOP/s, e.g. 989.5")
-        for name in ("scale_up_gb_per_s", "scale_out_gb_per_s"):
-            _check_magnitude(getattr(self, name), name, 1e6, "bytes/s", "write GB/s per direction, e.g. 450")
         numeric = [
             name
             for name in ("hbm_capacity_gb", "hbm_bandwidth_tb_per_s", "dense_tflop_per_s", "scale_up_gb_per_s",
@@ -159,7 +191,17 @@ class LinksScaleUp(EdgeModel):
     links: list[LinkSpec] = Field(min_length=1, description="every scale-up link of the unit")
 
 
-ScaleUpSpec = Annotated[SwitchedScaleUp | FullMeshScaleUp | TorusScaleUp | LinksScaleUp, Field(discriminator="kind")]
+def _scale_up_kind(value: object) -> str:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return f"tag:{kind}" if kind in ("switched", "full_mesh", "torus", "links") else "tag:unknown"
+
+
+ScaleUpSpec = Annotated[
+    Annotated[SwitchedScaleUp, Tag("tag:switched")] | Annotated[FullMeshScaleUp, Tag("tag:full_mesh")]
+    | Annotated[TorusScaleUp, Tag("tag:torus")] | Annotated[LinksScaleUp, Tag("tag:links")],
+    Discriminator(_scale_up_kind, custom_error_type="scale_up_kind",
+                  custom_error_message="scale_up.kind must be one of switched, full_mesh, torus, links"),
+]
 
 
 class RackSpec(EdgeModel):
@@ -430,7 +472,7 @@ def _parse(model: type[BaseModel], path: Path) -> BaseModel:
     try:
         return model.model_validate(load_yaml_file(path))
     except ValidationError as exc:
-        raise PlannerInputError(issues_from_validation_error(exc), source=str(path)) from None
+        raise PlannerInputError(issues_from_validation_error(exc, model=model), source=str(path)) from None
 
 
 def _load_defaults(path: Path) -> tuple[AchievableDefaults, Overheads]:

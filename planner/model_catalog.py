@@ -220,7 +220,7 @@ def load_model_catalog(directory: Path | None = None) -> ModelCatalog:
         try:
             parsed = _ModelFile.model_validate(load_yaml_file(path))
         except ValidationError as exc:
-            raise PlannerInputError(issues_from_validation_error(exc), source=str(path)) from None
+            raise PlannerInputError(issues_from_validation_error(exc, model=_ModelFile), source=str(path)) from None
         for spec in parsed.models:
             if spec.id in catalog:
                 raise PlannerInputError(InputIssue(spec.id, f"model defined twice ({path.name})", "keep one entry"))

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError, model_validator
+from pydantic import (
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from planner.architecture import ModelArch
 from planner.deployment import Precisions
@@ -127,8 +134,25 @@ class PlacementOptions(EdgeModel):
         return self
 
 
+def _model_ref_kind(value: object) -> str:
+    """Which form of model reference `value` is, so that errors name only that form's fields."""
+    if isinstance(value, str):
+        return "tag:id"
+    if isinstance(value, dict):
+        for key in ("config_json", "inline"):
+            if key in value:
+                return f"tag:{key}"
+        return "tag:catalog"
+    for cls, tag in ((ConfigJsonModelRef, "tag:config_json"), (InlineModelRef, "tag:inline"), (CatalogModelRef, "tag:catalog")):
+        if isinstance(value, cls):
+            return tag
+    return "tag:id"
+
+
 ModelRef = Annotated[
-    str | CatalogModelRef | ConfigJsonModelRef | InlineModelRef,
+    Annotated[str, Tag("tag:id")] | Annotated[CatalogModelRef, Tag("tag:catalog")] | Annotated[ConfigJsonModelRef, Tag("tag:config_json")]
+    | Annotated[InlineModelRef, Tag("tag:inline")],
+    Discriminator(_model_ref_kind),
     Field(description="a catalog id, {catalog: id}, {config_json: path} or {inline: {...}}"),
 ]
 
@@ -175,13 +199,12 @@ class WorkloadSpec(EdgeModel):
     ttft_limit_ms: float | None = Field(default=None, gt=0, description="time-to-first-token limit, milliseconds")
     tpot_limit_ms: float | None = Field(default=None, gt=0, description="time-per-output-token limit, milliseconds")
 
-    @model_validator(mode="after")
-    def _units(self) -> "WorkloadSpec":
-        for name in ("ttft_limit_ms", "tpot_limit_ms"):
-            value = getattr(self, name)
-            if value is not None and value < 1.0:
-                raise ValueError(f"{name} = {value:g} ms looks like seconds\n    fix: write milliseconds, e.g. {value * 1000:g}")
-        return self
+    @field_validator("ttft_limit_ms", "tpot_limit_ms")
+    @classmethod
+    def _milliseconds(cls, value: float | None, info) -> float | None:
+        if value is not None and value < 1.0:
+            raise ValueError(f"{info.field_name} = {value:g} ms looks like seconds\n    fix: write milliseconds, e.g. {value * 1000:g}")
+        return value
 
 
 class SolverOptions(EdgeModel):
@@ -234,7 +257,7 @@ def parse_problem(raw: object, source: str = "problem") -> Problem:
     try:
         return Problem.model_validate(raw)
     except ValidationError as exc:
-        raise PlannerInputError(issues_from_validation_error(exc), source=source) from None
+        raise PlannerInputError(issues_from_validation_error(exc, model=Problem), source=source) from None
 
 
 def load_problem(path: Path) -> Problem:

@@ -62,7 +62,7 @@ def test_latency_in_seconds_is_caught():
 def test_unknown_field_and_missing_field():
     raw = dict(MINIMAL, workloads=[{"name": "chat", "input_tokens": 1, "output_tokens": 1, "tpot_ms": 50}])
     text = _issues(raw)
-    assert "workloads[0].tpot_ms" in text and "remove this field or check its spelling" in text
+    assert "workloads[0].tpot_ms" in text and "did you mean 'tpot_limit_ms'" in text and "or remove it" in text
     raw = {k: v for k, v in MINIMAL.items() if k != "workloads"}
     assert "workloads" in _issues(raw) and "add this field" in _issues(raw)
 
@@ -108,3 +108,27 @@ def test_readme_reference_matches_the_schema():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     inside = readme.split(README_BEGIN, 1)[1].split(README_END, 1)[0]
     assert inside.strip() == schema_markdown().strip(), "regenerate it: planner schema --markdown"
+
+
+def test_anticipated_mistakes_get_one_line_each_with_a_fix():
+    from planner.errors import PlannerInputError
+    from planner.problem import parse_problem
+
+    base = {"name": "x", "model": "deepseek-v3", "cluster": {"racks": [{"type": "gb200-nvl72", "count": 1}]}}
+    with pytest.raises(PlannerInputError) as exc:  # a misspelt field gets the real name
+        parse_problem(base | {"workloads": [{"name": "w", "input_tokens": 10, "output_tokens": 10, "tpot_limit": 50}]})
+    (issue,) = exc.value.issues
+    assert issue.field == "workloads[0].tpot_limit" and "did you mean 'tpot_limit_ms'" in issue.problem
+    gpu = {"id": "mine", "name": "Mine", "vendor": "me", "hbm_capacity_gb": 80e9, "hbm_bandwidth_tb_per_s": 3350,
+           "dense_tflop_per_s": {"bf16": 1000}, "scale_up_gb_per_s": 0.45, "scale_out_gb_per_s": 50, "price_usd_per_hour": 2,
+           "price_basis": "mine", "sources": {k: "DERIVED" for k in ("hbm_capacity_gb", "hbm_bandwidth_tb_per_s", "dense_tflop_per_s",
+                                                                      "scale_up_gb_per_s", "scale_out_gb_per_s", "price_usd_per_hour")}}
+    cluster = base["cluster"] | {"custom_accelerators": [gpu]}
+    workloads = [{"name": "w", "input_tokens": 10, "output_tokens": 10, "tpot_limit_ms": 0.05}]
+    with pytest.raises(PlannerInputError) as exc:  # every unit mistake at once, each on its field
+        parse_problem(base | {"cluster": cluster, "workloads": workloads})
+    found = {i.field.rsplit(".", 1)[-1]: i for i in exc.value.issues}
+    assert "looks like bytes" in found["hbm_capacity_gb"].problem and "80 for 80 GB" in found["hbm_capacity_gb"].fix
+    assert "looks like GB/s" in found["hbm_bandwidth_tb_per_s"].problem
+    assert "looks like TB/s" in found["scale_up_gb_per_s"].problem
+    assert "looks like seconds" in found["tpot_limit_ms"].problem and "50" in found["tpot_limit_ms"].fix
