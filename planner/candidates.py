@@ -201,7 +201,7 @@ def _largest_feasible_batch(inp: DeploymentInputs, workload: ResolvedWorkload, t
 
 def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTable, i: int, reason: str,
                spans: bool, notes: tuple[str, ...]) -> Candidate:
-    step = {"compute": table.compute_s[i], "weights": table.weights_s[i], "kv": table.kv_s[i], "comm": table.comm_s[i]}
+    step = dict(zip(("compute", "weights", "kv", "comm"), (float(term[i]) for term in table.serving_step), strict=True))
     return Candidate(
         workload=workload.name,
         model_key=workload.model_key,

@@ -2,7 +2,7 @@
 
 from planner.units import SECONDS_PER_HOUR
 
-__all__ = ["TOKENS_PER_MILLION", "replica_seconds_per_request", "usd_per_million_tokens", "usd_per_s"]
+__all__ = ["TOKENS_PER_MILLION", "usd_per_million_tokens", "usd_per_s"]
 
 TOKENS_PER_MILLION = 1e6
 
@@ -15,9 +15,3 @@ def usd_per_s(price_usd_per_hour: float, n_accelerators: int) -> float:
 def usd_per_million_tokens(cost_usd_per_s: float, tokens_per_s: float) -> float:
     """physics.md: cost per token = price_per_s * G * t_step / B, here per million tokens."""
     return cost_usd_per_s / tokens_per_s * TOKENS_PER_MILLION
-
-
-def replica_seconds_per_request(input_tokens: float, output_tokens: float, prefill_tokens_per_s, decode_tokens_per_s):
-    """Replica time a request occupies when one replica both prefills and decodes: its prompt at
-    the prefill rate plus its output at the decode rate (each a share of the replica's time)."""
-    return input_tokens / prefill_tokens_per_s + output_tokens / decode_tokens_per_s

@@ -2,12 +2,27 @@
 must satisfy for a given model."""
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from planner.architecture import AttentionKind, ModelArch
 from planner.errors import InputIssue
 from planner.precision import FlopsFormat, Precision, bytes_per_value
 
-__all__ = ["Layout", "Precisions", "layout_issues"]
+__all__ = ["Layout", "Precisions", "ServingRole", "layout_issues"]
+
+
+class ServingRole(StrEnum):
+    """What a replica does with a request.
+
+    aggregated: prefills and decodes its own requests; prefill chunks ride in the decode steps
+      (mixed batches), so prefill work lengthens every step a user waits for.
+    prefill: only prefills prompts and hands their KV cache to a decode replica.
+    decode: only decodes; its requests arrive with their KV cache from a prefill replica.
+    """
+
+    AGGREGATED = "aggregated"
+    PREFILL = "prefill"
+    DECODE = "decode"
 
 
 @dataclass(frozen=True, order=True)

@@ -20,8 +20,8 @@ from planner.architecture import (
     layer_windows,
     param_counts,
 )
-from planner.cost import replica_seconds_per_request, usd_per_million_tokens, usd_per_s
-from planner.deployment import Layout, Precisions
+from planner.cost import usd_per_million_tokens, usd_per_s
+from planner.deployment import Layout, Precisions, ServingRole
 from planner.hardware import Overheads, RackType
 from planner.links import (
     EffectiveLinks,
@@ -76,6 +76,12 @@ class DeploymentInputs:
     notes: tuple[str, ...] = ()  # extra assumptions to state (precision fall-backs, ...)
     expert_imbalance: float = 1.0  # hottest expert-parallel rank's load over the mean (from the expert placement)
     redundant_experts_per_rank: int = 0  # extra expert copies each expert-parallel rank holds
+    role: ServingRole = ServingRole.AGGREGATED
+
+    @property
+    def prefilled_tokens(self) -> float:
+        """Prompt tokens a request needs computed (all of them without a prefix cache)."""
+        return float(self.input_tokens)
 
     @property
     def expert_slot_factor(self) -> float:
@@ -91,15 +97,19 @@ class Estimate:
 
     inputs: DeploymentInputs
     links: ReplicaLinks
-    decode_step: StepTime  # per output token, all pipeline stages (sums to TPOT)
+    decode_step: StepTime  # a pure decode step, all pipeline stages (the TPOT of a decode-only replica)
     prefill_chunk_step: StepTime  # one prefill chunk through the slowest stage
+    serving_step: StepTime  # the step users wait on: mixed decode + prefill for an aggregated replica (sums to TPOT)
     tpot_s: float
     stage_time_s: float
     prefill_latency_s: float
     queue_wait_s: float
     ttft_s: float
-    decode_tokens_per_s: float  # per replica
-    prefill_tokens_per_s: float  # per replica
+    decode_tokens_per_s: float  # per replica, decode alone (batch / pure decode step)
+    prefill_tokens_per_s: float  # per replica, prefill alone (chunks back to back)
+    sustained_output_tokens_per_s: float  # per replica in its role (an aggregated replica also prefills)
+    sustained_input_tokens_per_s: float
+    prefill_riders_per_step: float  # prompt tokens prefilled in each micro-batch step on each stage (aggregated)
     memory: MemoryUse
     expert_touch_fraction: float
     flops_per_s_effective: float
@@ -116,7 +126,8 @@ class Estimate:
 
     @property
     def output_tokens_per_s_per_accelerator(self) -> float:
-        return self.decode_tokens_per_s / self.n_accelerators
+        """Sustained output tokens per second per accelerator in the replica's role."""
+        return self.sustained_output_tokens_per_s / self.n_accelerators
 
     @property
     def usd_per_million_output_tokens(self) -> float:
@@ -128,9 +139,15 @@ class Estimate:
 
     @property
     def replica_seconds_per_request(self) -> float:
-        """Replica time one request takes when prefill and decode share the replica."""
-        return replica_seconds_per_request(self.inputs.input_tokens, self.inputs.output_tokens,
-                                           self.prefill_tokens_per_s, self.decode_tokens_per_s)
+        """Replica time one request takes in this replica's role."""
+        if self.inputs.role is ServingRole.PREFILL:
+            return self.inputs.prefilled_tokens / self.prefill_tokens_per_s
+        return self.inputs.output_tokens / self.sustained_output_tokens_per_s
+
+    @property
+    def usd_per_million_output_tokens_all_in(self) -> float:
+        """Replica cost per output token it serves in its role (an aggregated replica's prefill included)."""
+        return usd_per_million_tokens(self.usd_per_hour / SECONDS_PER_HOUR, self.sustained_output_tokens_per_s)
 
     @property
     def requests_per_s(self) -> float:
@@ -222,22 +239,25 @@ def _touch(arch: ModelArch, tokens: np.ndarray) -> np.ndarray:
 
 
 def _decode_terms(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, flops_per_s: float, bw: float,
-                  batches: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Roofline terms of one decode micro-batch step, shape (n_batches, pp), and the touch fraction."""
+                  batches: np.ndarray, riders: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """Roofline terms of one decode micro-batch step, shape (n_batches, pp), and the touch fraction.
+    `riders` (n_batches,): prefill tokens travelling in the same step on each stage; they widen the
+    set of experts touched and the collectives (their own FLOPs and KV reads are added by the caller)."""
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     micro_batch = (batches / lay.pp)[:, None]
     per_rank = micro_batch / lay.dp_attn
+    extra = np.zeros_like(micro_batch) if riders is None else riders[:, None]
     mean_context = inp.input_tokens + inp.output_tokens / 2
     windows = layer_windows(arch)
     attention = st.per_stage(attention_flops_per_context_token(arch, absorbed=True) * np.minimum(mean_context, windows))
     flops = (matmul_flops(st.dense_params + st.head_params, per_rank) + attention * per_rank) / lay.tp
     flops = flops + matmul_flops(st.routed_active_params, micro_batch) / lay.stage_size * inp.expert_imbalance
-    touch = _touch(arch, micro_batch)
+    touch = _touch(arch, micro_batch + extra)
     weights = weight_bytes_per_accelerator(st.dense_params + st.head_params, st.routed_total_params * touch * inp.expert_slot_factor,
                                            lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
     kv = kv_bytes_per_accelerator(per_rank, st.per_stage(kv_bytes_per_sequence(arch, mean_context, prec.kv_bytes)),
                                   kv_shard_fraction(arch, lay.tp))
-    comm = _comm_s(inp, st, eff, per_rank, micro_batch)
+    comm = _comm_s(inp, st, eff, per_rank + extra / lay.dp_attn, micro_batch + extra)
     return compute_time_s(flops, flops_per_s), memory_time_s(weights, bw), memory_time_s(kv, bw), comm, touch[:, 0]
 
 
@@ -265,12 +285,13 @@ def _prefill_stages(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, flo
 
 
 def _memory(inp: DeploymentInputs, st: _Stages, chunk: int, batches: np.ndarray) -> tuple[np.ndarray, ...]:
-    """HBM use of the fullest stage's accelerators for each batch: weights, KV, activations (n,)."""
+    """HBM use of the fullest stage's accelerators for each batch: weights, KV, activations (n,).
+    A prefill replica's batch is the prompts it holds (being computed or awaiting their hand-off)."""
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     per_rank = (batches / lay.dp_attn)[:, None]
     weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params * inp.expert_slot_factor,
                                            lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes) * np.ones_like(per_rank)
-    max_context = inp.input_tokens + inp.output_tokens
+    max_context = inp.input_tokens + (0 if inp.role is ServingRole.PREFILL else inp.output_tokens)
     kv = kv_bytes_per_accelerator(per_rank, st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes)),
                                   kv_shard_fraction(arch, lay.tp))
     micro_per_rank = per_rank / lay.pp
@@ -301,14 +322,16 @@ class BatchTable:
     (they sum to TPOT under the combination rule). Prefill does not depend on the decode batch."""
 
     batches: np.ndarray
-    compute_s: np.ndarray
+    compute_s: np.ndarray  # pure decode step terms (what a decode token costs alone)
     weights_s: np.ndarray
     kv_s: np.ndarray
     comm_s: np.ndarray
-    stage_time_s: np.ndarray
-    tpot_s: np.ndarray
+    stage_time_s: np.ndarray  # the role's step on the slowest stage (mixed for aggregated replicas)
+    tpot_s: np.ndarray  # what a user waits per output token: pp x stage_time_s
     ttft_s: np.ndarray
-    decode_tokens_per_s: np.ndarray
+    decode_tokens_per_s: np.ndarray  # batch / pure decode TPOT
+    serving_step: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # the role's step terms x pp (compute, weights, kv, comm)
+    prefill_riders: np.ndarray  # prefill tokens per micro-batch step and stage (aggregated), else 0
     touch: np.ndarray
     weights_bytes: np.ndarray
     kv_bytes: np.ndarray
@@ -331,12 +354,23 @@ class BatchTable:
 
     input_tokens: int
     output_tokens: int
+    role: ServingRole = ServingRole.AGGREGATED
 
     @property
     def sustained_output_tokens_per_s(self) -> np.ndarray:
-        """Output tokens per second per replica when it also prefills every request's prompt."""
-        seconds = replica_seconds_per_request(self.input_tokens, self.output_tokens, self.prefill_tokens_per_s, self.decode_tokens_per_s)
-        return self.output_tokens / seconds
+        """Output tokens per second per replica: batch / TPOT, prefill included for an aggregated
+        replica (its mixed steps carry the prompts); a prefill replica emits none."""
+        if self.role is ServingRole.PREFILL:
+            return np.zeros_like(self.batches)
+        return self.batches / self.tpot_s
+
+    @property
+    def sustained_input_tokens_per_s(self) -> np.ndarray:
+        """Prompt tokens per second per replica the role handles (prefilled, or for a decode replica
+        received with their KV cache)."""
+        if self.role is ServingRole.PREFILL:
+            return np.full_like(self.batches, self.prefill_tokens_per_s)
+        return self.sustained_output_tokens_per_s * self.input_tokens / self.output_tokens
 
 
 def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None) -> BatchTable:
@@ -350,26 +384,51 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     st = _stages(inp.arch, lay.pp)
     batches = np.asarray(batches, dtype=float)
 
-    compute, weights, kv, comm, touch = _decode_terms(inp, st, eff, flops_per_s, bw, batches)
-    totals = step_total_s(compute, weights, kv, comm, inp.overlap)
-    slowest = np.argmax(totals, axis=1)
     rows = np.arange(len(batches))
-    stage_time = totals[rows, slowest]
+    compute, weights, kv, comm, touch = _decode_terms(inp, st, eff, flops_per_s, bw, batches)
+    decode_totals = step_total_s(compute, weights, kv, comm, inp.overlap)
+    decode_slowest = np.argmax(decode_totals, axis=1)
+    decode_tpot = lay.pp * decode_totals[rows, decode_slowest]
     prefill, chunk, n_chunks = _prefill_stages(inp, st, eff, flops_per_s, bw)
     slowest_chunk = max(prefill, key=lambda step: step.total_s)
     prefill_latency = (n_chunks + lay.pp - 1) * slowest_chunk.total_s
+    prefill_rate = chunk * lay.dp_attn / slowest_chunk.total_s
     weights_bytes, kv_bytes, activations_bytes = _memory(inp, st, chunk, batches)
+
+    riders = np.zeros_like(batches)
+    serving = (compute, weights, kv, comm)
+    if inp.role is ServingRole.AGGREGATED:
+        # Mixed batches: every micro-batch step also prefills its share of the prompts, batch x
+        # (prompt tokens computed / output tokens) per replica step, at the per-token cost of a
+        # prefill chunk on each stage. Their FLOPs add to compute; they share the weight fetch.
+        riders = batches / lay.pp * inp.prefilled_tokens / inp.output_tokens
+        per_chunk = (riders / (chunk * lay.dp_attn))[:, None]
+        m_compute, m_weights, m_kv, m_comm, _ = _decode_terms(inp, st, eff, flops_per_s, bw, batches, riders)
+        serving = (m_compute + per_chunk * np.array([step.compute_s for step in prefill]), m_weights,
+                   m_kv + per_chunk * np.array([step.kv_s for step in prefill]), m_comm)
+    totals = step_total_s(*serving, inp.overlap)
+    slowest = np.argmax(totals, axis=1)
+    stage_time = totals[rows, slowest]
     tpot = lay.pp * stage_time
+    if inp.role is ServingRole.PREFILL:
+        # a prompt waits for the one ahead of it, then runs its chunks through the stages
+        ttft = n_chunks * slowest_chunk.total_s + prefill_latency + 0.0 * batches
+    elif inp.role is ServingRole.DECODE:
+        ttft = stage_time  # a request that arrives with its KV cache joins the next step
+    else:
+        ttft = WORST_CASE_QUEUE_DEPARTURES * stage_time + prefill_latency
     return BatchTable(
         batches=batches,
-        compute_s=lay.pp * compute[rows, slowest],
-        weights_s=lay.pp * weights[rows, slowest],
-        kv_s=lay.pp * kv[rows, slowest],
-        comm_s=lay.pp * comm[rows, slowest],
+        compute_s=lay.pp * compute[rows, decode_slowest],
+        weights_s=lay.pp * weights[rows, decode_slowest],
+        kv_s=lay.pp * kv[rows, decode_slowest],
+        comm_s=lay.pp * comm[rows, decode_slowest],
         stage_time_s=stage_time,
         tpot_s=tpot,
-        ttft_s=WORST_CASE_QUEUE_DEPARTURES * stage_time + prefill_latency,
-        decode_tokens_per_s=batches / tpot,
+        ttft_s=ttft,
+        decode_tokens_per_s=batches / decode_tpot,
+        serving_step=tuple(lay.pp * term[rows, slowest] for term in serving),
+        prefill_riders=riders,
         touch=touch,
         weights_bytes=weights_bytes,
         kv_bytes=kv_bytes,
@@ -377,13 +436,26 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
         capacity_bytes=accel.hbm_capacity_bytes,
         prefill_step=slowest_chunk,
         prefill_latency_s=prefill_latency,
-        prefill_tokens_per_s=chunk * lay.dp_attn / slowest_chunk.total_s,
+        prefill_tokens_per_s=prefill_rate,
         chunk_tokens=chunk,
         flops_per_s=flops_per_s,
         hbm_bandwidth_bytes_per_s=bw,
         input_tokens=inp.input_tokens,
         output_tokens=inp.output_tokens,
+        role=inp.role,
     )
+
+
+def _role_note(inp: DeploymentInputs, chunk: int) -> str:
+    if inp.role is ServingRole.PREFILL:
+        return (f"prefill-only replica: prompts in chunks of {chunk} tokens per attention rank, pipelined over {inp.layout.pp} "
+                "stage(s); TTFT waits for the prompt ahead, then prefills; the KV cache leaves for a decode replica")
+    if inp.role is ServingRole.DECODE:
+        return "decode-only replica: requests arrive with their KV cache and join the next step; TPOT is the pure decode step"
+    return (f"aggregated replica: prefill chunks ride in the decode steps ({inp.prefilled_tokens:g} prompt tokens per "
+            f"{inp.output_tokens} output tokens), so TPOT includes their compute; TTFT = {WORST_CASE_QUEUE_DEPARTURES} "
+            f"departures of queueing (worst case, claim 3) + prefill in chunks of {chunk} tokens per attention rank, "
+            f"pipelined over {inp.layout.pp} stage(s)")
 
 
 def _assumptions(inp: DeploymentInputs, chunk: int, touch: float, flops_per_s: float, bw: float, links: ReplicaLinks) -> tuple[str, ...]:
@@ -397,8 +469,7 @@ def _assumptions(inp: DeploymentInputs, chunk: int, touch: float, flops_per_s: f
         (f"decode KV reads use the mean context {inp.input_tokens + inp.output_tokens / 2:g} tokens (input + output/2); "
         f"HBM reserves the full {inp.input_tokens + inp.output_tokens} tokens per sequence"),
         f"communication is {'overlapped with' if inp.overlap is OverlapPolicy.OVERLAPPED else 'added to'} the compute/memory roofline",
-        (f"TTFT = {WORST_CASE_QUEUE_DEPARTURES} decode departures of queueing (worst case, claim 3) + prefill in chunks of "
-        f"{chunk} tokens per attention rank, pipelined over {inp.layout.pp} stage(s)"),
+        _role_note(inp, chunk),
         f"price ${accel.price_usd_per_hour:.2f}/h per {accel.id} (estimate: {accel.price_basis})",
         ("the scale-out network is a non-blocking fabric; collectives pay "
         f"{links.latency_s * 1e6:.0f} us fixed latency each"),
@@ -420,6 +491,7 @@ def estimate(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Estima
         links=links,
         decode_step=StepTime(float(t.compute_s[0]), float(t.weights_s[0]), float(t.kv_s[0]), float(t.comm_s[0]), inp.overlap),
         prefill_chunk_step=t.prefill_step,
+        serving_step=StepTime(*(float(term[0]) for term in t.serving_step), inp.overlap),
         tpot_s=float(t.tpot_s[0]),
         stage_time_s=float(t.stage_time_s[0]),
         prefill_latency_s=t.prefill_latency_s,
@@ -427,6 +499,9 @@ def estimate(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Estima
         ttft_s=float(t.ttft_s[0]),
         decode_tokens_per_s=float(t.decode_tokens_per_s[0]),
         prefill_tokens_per_s=t.prefill_tokens_per_s,
+        sustained_output_tokens_per_s=float(t.sustained_output_tokens_per_s[0]),
+        sustained_input_tokens_per_s=float(t.sustained_input_tokens_per_s[0]),
+        prefill_riders_per_step=float(t.prefill_riders[0]),
         memory=MemoryUse(float(t.weights_bytes[0]), float(t.kv_bytes[0]), float(t.activations_bytes[0]), t.capacity_bytes),
         expert_touch_fraction=float(t.touch[0]),
         flops_per_s_effective=t.flops_per_s,

@@ -68,7 +68,7 @@ def _deployment(result, d) -> DeploymentExplanation:
     w = next(w for w in result.problem.workloads if w.name == c.workload)
     limit = {"tpot": w.tpot_limit_s, "ttft": w.ttft_limit_s}.get(c.batch_limit)
     binding = LIMIT_SENTENCES[c.batch_limit].format(batch=c.batch, limit=format_seconds(limit) if limit else "")
-    step = e.decode_step
+    step = e.serving_step
     share = {"compute": step.compute_s, "weights": step.weights_s, "kv": step.kv_s, "comm": step.comm_s}[step.dominant_term] / step.total_s
     names = {"compute": "compute", "weights": "weight fetch", "kv": "KV fetch", "comm": "communication"}
     dominant = f"{names[step.dominant_term]} dominates the decode step ({share:.0%} of {format_seconds(step.total_s)}, {step.bound}-bound)"

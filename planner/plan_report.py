@@ -175,7 +175,7 @@ def _plan_table(result: SolveResult) -> Table:
         c, e = d.candidate, d.estimate
         table.add_row(c.workload, c.rack_id, c.layout.describe().split(" = ")[0], str(c.batch), str(d.replicas), str(d.accelerators),
                       format_seconds(e.tpot_s), format_seconds(e.ttft_s), format_rate(d.output_tokens_per_s), format_usd(d.usd_per_hour),
-                      format_usd(c.usd_per_million_output_tokens), c.batch_limit, e.decode_step.dominant_term)
+                      format_usd(c.usd_per_million_output_tokens), c.batch_limit, e.serving_step.dominant_term)
     return table
 
 

@@ -2,7 +2,7 @@
 
     from planner.quick import evaluate
     e = evaluate("llama-3.1-70b", "hgx-h100", batch=64, input_tokens=2048, output_tokens=128, tp=8)
-    e.tpot_s, e.usd_per_million_output_tokens, e.decode_step.dominant_term
+    e.tpot_s, e.usd_per_million_output_tokens_all_in, e.serving_step.dominant_term
 
 Precisions resolve as in a problem file (weights default to the model's native format, compute to
 the weights' format or the next wider one the accelerator has); bad names and layouts raise

@@ -4,6 +4,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from planner.deployment import ServingRole
 from planner.estimate import Estimate
 from planner.roofline import StepTime
 from planner.units import format_bytes, format_rate, format_seconds, format_usd
@@ -37,21 +38,27 @@ def estimate_record(e: Estimate) -> dict:
         "output_tokens": inp.output_tokens,
         "precisions": {"weights": str(prec.weights), "expert_weights": str(prec.expert_weights or prec.weights),
                        "kv_cache": str(prec.kv_cache), "activations": str(prec.activations), "compute": str(prec.compute)},
+        "role": str(inp.role),
         "tpot_s": e.tpot_s,
         "ttft_s": e.ttft_s,
         "prefill_latency_s": e.prefill_latency_s,
         "queue_wait_s": e.queue_wait_s,
-        "output_tokens_per_s_per_replica": e.decode_tokens_per_s,
+        "output_tokens_per_s_per_replica": e.sustained_output_tokens_per_s,
         "output_tokens_per_s_per_accelerator": e.output_tokens_per_s_per_accelerator,
-        "input_tokens_per_s_per_replica": e.prefill_tokens_per_s,
+        "input_tokens_per_s_per_replica": e.sustained_input_tokens_per_s,
+        "decode_only_tokens_per_s_per_replica": e.decode_tokens_per_s,
+        "prefill_only_tokens_per_s_per_replica": e.prefill_tokens_per_s,
+        "prefill_tokens_per_step": e.prefill_riders_per_step,
         "requests_per_s_per_replica": e.requests_per_s,
         "usd_per_hour_per_replica": e.usd_per_hour,
+        "usd_per_million_output_tokens_all_in": e.usd_per_million_output_tokens_all_in,
         "usd_per_million_output_tokens": e.usd_per_million_output_tokens,
         "usd_per_million_input_tokens": e.usd_per_million_input_tokens,
         "usd_per_request": e.usd_per_request,
-        "step_time_s": step_record(e.decode_step),
-        "dominant_term": e.decode_step.dominant_term,
-        "bound": e.decode_step.bound,
+        "step_time_s": step_record(e.serving_step),
+        "decode_only_step_time_s": step_record(e.decode_step),
+        "dominant_term": e.serving_step.dominant_term,
+        "bound": e.serving_step.bound,
         "prefill_chunk_step_time_s": step_record(e.prefill_chunk_step),
         "memory_bytes_per_accelerator": {
             "weights": mem.weights_bytes,
@@ -100,7 +107,14 @@ def render_estimate(e: Estimate, console: Console) -> None:
         f"batch {inp.batch_per_replica}, {inp.input_tokens} in / {inp.output_tokens} out tokens, "
         f"weights {inp.precisions.weights}, KV {inp.precisions.kv_cache}, compute {inp.precisions.compute}"
     )
-    console.print(_step_table("Decode: time per output token (all pipeline stages)", e.decode_step))
+    if inp.role is ServingRole.AGGREGATED:
+        console.print(_step_table(f"Decode step with prefill riding along ({e.prefill_riders_per_step * inp.layout.pp:,.0f} prompt tokens "
+                                  "per step): time per output token, all pipeline stages", e.serving_step))
+        console.print(f"A decode-only step would take {format_seconds(e.decode_step.total_s)} "
+                      f"({e.decode_step.dominant_term} dominant); the prompts add "
+                      f"{format_seconds(e.serving_step.total_s - e.decode_step.total_s)} to every token (prefill interference).")
+    else:
+        console.print(_step_table(f"{inp.role.capitalize()} replica: decode step, time per output token (all pipeline stages)", e.decode_step))
     latency = Table(title="Latency", title_justify="left")
     latency.add_column("figure")
     latency.add_column("value", justify="right")
@@ -121,12 +135,13 @@ def render_estimate(e: Estimate, console: Console) -> None:
     money = Table(title="Throughput and cost", title_justify="left")
     money.add_column("figure")
     money.add_column("value", justify="right")
-    money.add_row("output tokens/s per replica", format_rate(e.decode_tokens_per_s))
+    money.add_row("output tokens/s per replica (sustained)", format_rate(e.sustained_output_tokens_per_s))
     money.add_row("output tokens/s per accelerator", format_rate(e.output_tokens_per_s_per_accelerator))
-    money.add_row("input tokens/s per replica (prefill)", format_rate(e.prefill_tokens_per_s))
+    money.add_row("input tokens/s per replica", format_rate(e.sustained_input_tokens_per_s))
     money.add_row("replica cost", f"{format_usd(e.usd_per_hour)}/h")
-    money.add_row("USD per million output tokens", format_usd(e.usd_per_million_output_tokens))
-    money.add_row("USD per million input tokens", format_usd(e.usd_per_million_input_tokens))
+    money.add_row("USD per million output tokens, all in", format_usd(e.usd_per_million_output_tokens_all_in))
+    money.add_row("  a decode token alone", format_usd(e.usd_per_million_output_tokens))
+    money.add_row("  a prefill token alone", format_usd(e.usd_per_million_input_tokens))
     money.add_row("USD per request", format_usd(e.usd_per_request))
     console.print(money)
     if not mem.fits:

@@ -142,8 +142,7 @@ def render_curve(curve: BatchCurve, console: Console) -> None:
         if curve.tpot_limit_s is not None and t.tpot_s[i] > curve.tpot_limit_s:
             notes.append("over the TPOT limit")
         table.add_row(str(b), format_usd(float(curve.usd_per_million_output_tokens[i])), format_seconds(float(t.tpot_s[i])),
-                      format_seconds(float(t.compute_s[i])), format_seconds(float(t.weights_s[i])), format_seconds(float(t.kv_s[i])),
-                      format_seconds(float(t.comm_s[i])), f"{t.used_bytes[i] / t.capacity_bytes:.0%}", ", ".join(notes))
+                      *(format_seconds(float(term[i])) for term in t.serving_step), f"{t.used_bytes[i] / t.capacity_bytes:.0%}", ", ".join(notes))
     console.print(table)
     first = float(curve.usd_per_million_output_tokens[0])
     chosen = float(curve.usd_per_million_output_tokens[list(map(int, t.batches)).index(curve.chosen_batch)])
@@ -157,8 +156,7 @@ def curve_csv(curve: BatchCurve) -> str:
     writer.writerow(["batch", "usd_per_million_output_tokens", "tpot_ms", "compute_ms", "weights_ms", "kv_ms", "comm_ms", "hbm_fill", "fits_hbm"])
     t = curve.table
     for i, b in enumerate(t.batches):
-        writer.writerow([int(b), f"{curve.usd_per_million_output_tokens[i]:.6g}", f"{t.tpot_s[i] / MS:.6g}", f"{t.compute_s[i] / MS:.6g}",
-                         f"{t.weights_s[i] / MS:.6g}", f"{t.kv_s[i] / MS:.6g}", f"{t.comm_s[i] / MS:.6g}",
+        writer.writerow([int(b), f"{curve.usd_per_million_output_tokens[i]:.6g}", f"{t.tpot_s[i] / MS:.6g}", *(f"{term[i] / MS:.6g}" for term in t.serving_step),
                          f"{t.used_bytes[i] / t.capacity_bytes:.4f}", int(t.fits[i])])
     return out.getvalue()
 

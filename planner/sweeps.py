@@ -122,7 +122,7 @@ def _rows_of(result: SolveResult, rack_id: str) -> list[CompareRow]:
             rack_id, accel, w.name, result.status, cost, served / accelerators,
             max(d.estimate.tpot_s for d in mine), max(d.estimate.ttft_s for d in mine), accelerators, len(racks), usd, layouts,
             ", ".join(sorted({d.candidate.batch_limit for d in mine})),
-            ", ".join(sorted({d.estimate.decode_step.dominant_term for d in mine})),
+            ", ".join(sorted({d.estimate.serving_step.dominant_term for d in mine})),
         ))
     return rows
 

@@ -11,6 +11,7 @@ import math
 import pytest
 
 from planner.architecture import kv_bytes_per_token, param_counts
+from planner.deployment import ServingRole
 from planner.model_catalog import ModelSpec, arch_from_spec
 from planner.roofline import (
     critical_batch_size,
@@ -21,6 +22,7 @@ from planner.roofline import (
 H100_F, H100_BW, H100_HBM = 989.5e12, 3.35e12, 80e9
 F_EFF_H100_BF16, BW_EFF = 989.5e12 * 0.803, 0.8  # MAMF; AIConfigurator (BW_EFF is the fraction)
 LATENCY = 10e-6  # AIConfigurator p2p latency per collective
+DECODE = ServingRole.DECODE  # claims about decode alone use decode-only replicas (no prefill riding in the steps)
 
 
 def test_claim_1_unbatched_decode_costs_about_a_thousand_times_more(run_estimate):
@@ -32,8 +34,8 @@ def test_claim_1_unbatched_decode_costs_about_a_thousand_times_more(run_estimate
     blocks and the 3 dense MLPs, and a dispatch and a combine in each of the 58 MoE layers, 180
     collectives of 10 us = 1.8 ms for ONE token. Ratio ~ 4096 x 1.8 / 8 ~ 900.
     """
-    batched = run_estimate("deepseek-v3", "gb200-nvl72", 4096, 2048, 512, ep=64, weights="fp8", kv="fp8")
-    single = run_estimate("deepseek-v3", "gb200-nvl72", 1, 2048, 512, tp=64, ep=64, dp_attn=1, weights="fp8", kv="fp8")
+    batched = run_estimate("deepseek-v3", "gb200-nvl72", 4096, 2048, 512, ep=64, weights="fp8", kv="fp8", role=DECODE)
+    single = run_estimate("deepseek-v3", "gb200-nvl72", 1, 2048, 512, tp=64, ep=64, dp_attn=1, weights="fp8", kv="fp8", role=DECODE)
     latency_floor = (61 + 3 + 58 * 2) * LATENCY
     assert single.tpot_s > latency_floor
     ratio = single.usd_per_million_output_tokens / batched.usd_per_million_output_tokens
@@ -229,7 +231,7 @@ def test_claim_10_fast_mode_buys_speed_at_a_steep_price(run_estimate):
     isl, osl, s = 8192, 512, 2.5
 
     def at(batch):
-        return run_estimate("llama-3.1-70b", "hgx-h100", batch, isl, osl, tp=8)
+        return run_estimate("llama-3.1-70b", "hgx-h100", batch, isl, osl, tp=8, role=DECODE)
 
     b1 = 64
     while at(b1 * 2).memory.fits:

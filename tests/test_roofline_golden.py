@@ -11,6 +11,7 @@ of HBM bandwidth (NVIDIA AIConfigurator); Llama 3.1 8B config.json (32 layers, h
 
 import pytest
 
+from planner.deployment import ServingRole
 from planner.roofline import (
     OverlapPolicy,
     StepTime,
@@ -53,7 +54,7 @@ def test_decode_step_of_llama_8b_on_one_h100(run_estimate):
     compute_s = (2 * ACTIVE * batch + ATTN_FLOPS_PER_CONTEXT_TOKEN * mean_context * batch) / F_EFF
     weights_s = 2 * ACTIVE / BW_EFF  # every weight but the input-embedding table is read once
     kv_s = batch * mean_context * KV_PER_TOKEN_BF16 / BW_EFF
-    e = run_estimate("llama-3.1-8b", "hgx-h100", batch, isl, osl)
+    e = run_estimate("llama-3.1-8b", "hgx-h100", batch, isl, osl, role=ServingRole.DECODE)
     assert e.decode_step.compute_s == pytest.approx(compute_s, rel=1e-9)  # 0.629 ms
     assert e.decode_step.weights_s == pytest.approx(weights_s, rel=1e-9)  # 5.60 ms
     assert e.decode_step.kv_s == pytest.approx(kv_s, rel=1e-9)  # 1.80 ms
@@ -72,13 +73,19 @@ def test_prefill_and_ttft_of_llama_8b_on_one_h100(run_estimate):
     weights_s = 2 * ACTIVE / BW_EFF
     kv_s = isl * KV_PER_TOKEN_BF16 / BW_EFF  # the chunk writes its own cache
     prefill_s = max(compute_s, weights_s + kv_s)  # 18.3 ms, compute-bound
-    decode_step = max((2 * ACTIVE * batch + ATTN_FLOPS_PER_CONTEXT_TOKEN * 1152 * batch) / F_EFF,
-                      (2 * ACTIVE + batch * 1152 * KV_PER_TOKEN_BF16) / BW_EFF)
+    # an aggregated replica prefills batch x isl / osl = 128 prompt tokens in every decode step: an
+    # eighth of the 1024-token chunk's FLOPs and KV traffic ride along with the 32 decode tokens
+    share = batch * isl / osl / isl
+    mixed_step = max((2 * ACTIVE * batch + ATTN_FLOPS_PER_CONTEXT_TOKEN * 1152 * batch) / F_EFF + share * compute_s,
+                     (2 * ACTIVE + batch * 1152 * KV_PER_TOKEN_BF16) / BW_EFF + share * kv_s)
     e = run_estimate("llama-3.1-8b", "hgx-h100", batch, isl, osl)
     assert e.prefill_chunk_step.bound == "compute"
     assert e.prefill_latency_s == pytest.approx(prefill_s, rel=1e-9)
-    assert e.queue_wait_s == pytest.approx(2 * decode_step, rel=1e-9)  # claim 3: two departures
-    assert e.ttft_s == pytest.approx(prefill_s + 2 * decode_step, rel=1e-9)
+    assert e.prefill_riders_per_step == pytest.approx(128)
+    assert e.tpot_s == pytest.approx(mixed_step, rel=1e-9)  # 7.63 ms: the prompts' FLOPs hide under the weight fetch
+    assert e.queue_wait_s == pytest.approx(2 * mixed_step, rel=1e-9)  # claim 3: two departures
+    assert e.sustained_output_tokens_per_s == pytest.approx(batch / mixed_step, rel=1e-9)
+    assert e.ttft_s == pytest.approx(prefill_s + 2 * mixed_step, rel=1e-9)
     assert e.prefill_tokens_per_s == pytest.approx(isl / prefill_s, rel=1e-9)
 
 
