@@ -11,19 +11,20 @@ Step 3 keeps, per rack type, the candidates no other candidate beats on every ax
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from planner.architecture import ModelArch, param_counts
-from planner.deployment import Layout, Precisions, layout_issues
+from planner.architecture import ModelArch, kv_bytes_per_sequence, param_counts
+from planner.deployment import Layout, Precisions, ServingRole, layout_issues
 from planner.estimate import BatchTable, DeploymentInputs, evaluate_batches
 from planner.hardware import Overheads, RackType
 from planner.links import default_replica_links
 from planner.problem import PrecisionSpec, ResolvedWorkload, resolve_precisions
 from planner.roofline import OverlapPolicy
 
-__all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "pareto_prune"]
+__all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_s",
+           "pareto_prune"]
 
 MAX_PIPELINE_STAGES = 16
 EXTRA_PIPELINE_DOUBLINGS = 2  # also try 2x and 4x the fewest stages that hold the weights
@@ -59,9 +60,13 @@ class Candidate:
     usd_per_hour: float  # per replica
     hbm_fill_fraction: float
     dominant_term: str
-    batch_limit: str  # what stopped the batch growing: hbm, tpot, ttft or max_batch (or 'ladder')
+    batch_limit: str  # what stopped the batch growing: hbm, tpot, ttft, nic or max_batch (or 'ladder', 'prefill')
     spans_domains: bool  # a tensor or expert group crosses scale-up domains (its traffic at scale-out speed)
     notes: tuple[str, ...] = ()
+    role: ServingRole = ServingRole.AGGREGATED
+    input_tokens_per_s: float = 0.0  # prompt tokens per second per replica it prefills (or, decoding, receives)
+    kv_handoff_bytes: float = 0.0  # prompt KV cache one request carries from a prefill to a decode replica
+    nic_bytes_per_s: float = 0.0  # the replica's scale-out bandwidth for that hand-off (achievable)
 
     @property
     def accelerators(self) -> int:
@@ -85,10 +90,23 @@ class Candidate:
 
     def sort_key(self) -> tuple:
         """Canonical order used to break ties deterministically."""
-        return (self.rack_id, self.accelerators, self.layout.pp, -self.layout.tp, self.layout.ep, self.batch)
+        return (self.role != ServingRole.AGGREGATED, str(self.role), self.rack_id, self.accelerators, self.layout.pp, -self.layout.tp,
+                self.layout.ep, self.batch)
 
     def describe(self) -> str:
-        return f"{self.rack_id} {self.layout.describe()}, batch {self.batch}"
+        role = "" if self.role is ServingRole.AGGREGATED else f"{self.role} "
+        return f"{role}{self.rack_id} {self.layout.describe()}, batch {self.batch}"
+
+
+def handoff_s(prefill: Candidate, decode: Candidate) -> float:
+    """Time to move one request's prompt KV cache from a prefill replica to a decode replica over
+    the slower side's NICs (the planner's bound; a placement in one NVLink domain is faster)."""
+    return prefill.kv_handoff_bytes / min(prefill.nic_bytes_per_s, decode.nic_bytes_per_s)
+
+
+def pair_ttft_s(prefill: Candidate, decode: Candidate) -> float:
+    """TTFT of a disaggregated request: prefill (queue + prompt), KV hand-off, join a decode step."""
+    return prefill.ttft_s + handoff_s(prefill, decode) + decode.ttft_s
 
 
 @dataclass
@@ -156,27 +174,52 @@ def _batch_grid(granularity: int, max_batch: int) -> np.ndarray:
     return np.array([m * granularity for m in multiples], dtype=float)
 
 
-def _feasible(table: BatchTable, workload: ResolvedWorkload) -> np.ndarray:
-    ok = table.fits.copy()
-    if workload.tpot_limit_s is not None:
-        ok &= table.tpot_s <= workload.tpot_limit_s
-    if workload.ttft_limit_s is not None:
-        ok &= table.ttft_s <= workload.ttft_limit_s
+@dataclass(frozen=True)
+class _Limits:
+    """What a batch must satisfy: the workload's limits, and for a decode replica the NICs that
+    receive its requests' KV caches."""
+
+    tpot_s: float | None
+    ttft_s: float | None
+    inbound_bytes_per_s: float | None = None  # NIC capacity for KV arriving at a decode replica
+    kv_per_request_bytes: float = 0.0
+    output_tokens: int = 1
+
+
+def _limits(workload: ResolvedWorkload, role: ServingRole, nic_bytes_per_s: float, kv_bytes: float) -> _Limits:
+    if role is ServingRole.DECODE:  # TTFT is checked on prefill-decode pairs
+        return _Limits(workload.tpot_limit_s, None, nic_bytes_per_s, kv_bytes, workload.output_tokens)
+    return _Limits(workload.tpot_limit_s, workload.ttft_limit_s)
+
+
+def _checks(table: BatchTable, limits: _Limits) -> list[tuple[str, np.ndarray]]:
+    checks = [("hbm", table.fits)]
+    if limits.tpot_s is not None:
+        checks.append(("tpot", table.tpot_s <= limits.tpot_s))
+    if limits.ttft_s is not None:
+        checks.append(("ttft", table.ttft_s <= limits.ttft_s))
+    if limits.inbound_bytes_per_s is not None:
+        inbound = table.sustained_output_tokens_per_s / limits.output_tokens * limits.kv_per_request_bytes
+        checks.append(("nic", inbound <= limits.inbound_bytes_per_s))
+    return checks
+
+
+def _feasible(table: BatchTable, limits: _Limits) -> np.ndarray:
+    ok = np.ones_like(table.batches, dtype=bool)
+    for _, passed in _checks(table, limits):
+        ok &= passed
     return ok
 
 
-def _limit_reason(table: BatchTable, workload: ResolvedWorkload, index: int) -> str:
+def _limit_reason(table: BatchTable, limits: _Limits, index: int) -> str:
     """Which constraint the batch after `index` violates (the one that stopped the batch growing)."""
-    if not table.fits[index]:
-        return "hbm"
-    if workload.tpot_limit_s is not None and table.tpot_s[index] > workload.tpot_limit_s:
-        return "tpot"
-    if workload.ttft_limit_s is not None and table.ttft_s[index] > workload.ttft_limit_s:
-        return "ttft"
+    for name, passed in _checks(table, limits):
+        if not passed[index]:
+            return name
     return "max_batch"
 
 
-def _largest_feasible_batch(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTable,
+def _largest_feasible_batch(inp: DeploymentInputs, workload: _Limits, table: BatchTable,
                             max_batch: int) -> tuple[BatchTable, int, str] | None:
     """From the layout's table on its batch grid: the largest feasible batch after an exact
     refinement between grid points, and the reason the next batch fails."""
@@ -200,8 +243,14 @@ def _largest_feasible_batch(inp: DeploymentInputs, workload: ResolvedWorkload, t
 
 
 def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTable, i: int, reason: str,
-               spans: bool, notes: tuple[str, ...]) -> Candidate:
+               spans: bool, notes: tuple[str, ...], handoff: tuple[float, float] = (0.0, 0.0)) -> Candidate:
     step = dict(zip(("compute", "weights", "kv", "comm"), (float(term[i]) for term in table.serving_step), strict=True))
+    if inp.role is ServingRole.PREFILL:  # cost and demand are counted in the output tokens its prompts feed
+        step = {"compute": table.prefill_step.compute_s, "weights": table.prefill_step.weights_s, "kv": table.prefill_step.kv_s,
+                "comm": table.prefill_step.comm_s}
+        output_rate = table.prefill_tokens_per_s * workload.output_tokens / inp.prefilled_tokens
+    else:
+        output_rate = float(table.sustained_output_tokens_per_s[i])
     return Candidate(
         workload=workload.name,
         model_key=workload.model_key,
@@ -210,71 +259,110 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
         layout=inp.layout,
         batch=int(table.batches[i]),
         precisions=inp.precisions,
-        tpot_s=float(table.tpot_s[i]),
+        tpot_s=0.0 if inp.role is ServingRole.PREFILL else float(table.tpot_s[i]),
         ttft_s=float(table.ttft_s[i]),
         decode_tokens_per_s=float(table.decode_tokens_per_s[i]),
-        output_tokens_per_s=float(table.sustained_output_tokens_per_s[i]),
+        output_tokens_per_s=output_rate,
         usd_per_hour=inp.rack.accelerator.price_usd_per_hour * inp.layout.n_accelerators,
         hbm_fill_fraction=float(table.used_bytes[i] / table.capacity_bytes),
         dominant_term=max(step, key=step.__getitem__),
         batch_limit=reason,
         spans_domains=spans,
         notes=notes,
+        role=inp.role,
+        input_tokens_per_s=float(table.sustained_input_tokens_per_s[i]),
+        kv_handoff_bytes=handoff[0],
+        nic_bytes_per_s=handoff[1],
     )
 
 
 def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType, workload: ResolvedWorkload,
                  overheads: Overheads, settings: CandidateSettings, max_accelerators: int | None,
                  expert_imbalance: Callable[[int], float] = lambda ep: 1.0) -> RackAnalysis:
-    """All candidates for `workload` on `rack`, and the reasons other layouts were rejected.
-    `expert_imbalance(ep)` is the hottest rank's expert load over the mean for `ep` ranks."""
+    """All candidates for `workload` on `rack` in each serving role the workload allows, and the
+    reasons other layouts were rejected. `expert_imbalance(ep)` is the hottest rank's expert load
+    over the mean for `ep` ranks."""
     precisions, notes = resolve_precisions(precision_spec, arch, rack.accelerator)
     analysis = RackAnalysis(workload.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes)
     max_stage = rack.n_accelerators if not settings.allow_spanning_domains else max(rack.n_accelerators, max_accelerators or 1024)
     analysis.max_stage_size = max_stage
+    accel = rack.accelerator
     for layout in enumerate_layouts(arch, rack, precisions, overheads, max_stage, max_accelerators):
         analysis.layouts_tried += 1
         if layout_issues(arch, layout, layout.pp * layout.dp_attn):
             analysis.reject("invalid")
             continue
         spread = arch.is_moe and layout.ep > 1
-        inp = DeploymentInputs(arch, rack, layout, layout.pp * layout.dp_attn, workload.input_tokens, workload.output_tokens,
-                               precisions, overheads, settings.overlap, settings.prefill_chunk_tokens, notes,
-                               expert_imbalance(layout.ep) if spread else 1.0,
-                               settings.redundant_experts_per_rank if spread else 0)
-        grid = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica))
-        analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
-        if not grid.fits[0]:
-            analysis.reject("hbm")
-            continue
-        analysis.min_tpot_s = min(analysis.min_tpot_s, float(grid.tpot_s[0]))
-        analysis.min_ttft_s = min(analysis.min_ttft_s, float(grid.ttft_s[0]))
-        found = _largest_feasible_batch(inp, workload, grid, settings.max_batch_per_replica)
-        if found is None:
-            analysis.reject(_limit_reason(grid, workload, 0))
-            continue
-        table, best, reason = found
+        base = DeploymentInputs(arch, rack, layout, layout.pp * layout.dp_attn, workload.input_tokens, workload.output_tokens,
+                                precisions, overheads, settings.overlap, settings.prefill_chunk_tokens, notes,
+                                expert_imbalance(layout.ep) if spread else 1.0,
+                                settings.redundant_experts_per_rank if spread else 0)
         links = default_replica_links(rack, layout, overheads.collective_latency_s)
         spans = links.tp.spans_domains or links.stage.spans_domains  # pipeline stages may sit in different racks
-        analysis.candidates.append(_candidate(inp, workload, table, best, reason, spans, notes))
-        if settings.keep_batch_ladder:
-            ladder = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, int(table.batches[best])))
-            for i in np.flatnonzero(_feasible(ladder, workload)):
-                analysis.candidates.append(_candidate(inp, workload, ladder, int(i), "ladder", spans, notes))
+        handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),
+                   layout.n_accelerators * accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction)
+        reasons = []
+        for role in workload.roles:
+            inp = replace(base, role=role)
+            found = _role_candidates(inp, workload, settings, spans, notes, handoff, analysis)
+            if isinstance(found, str):
+                reasons.append(found)
+            else:
+                analysis.candidates.extend(found)
+        if len(reasons) == len(workload.roles):
+            analysis.reject(reasons[0])
     return analysis
 
 
+def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
+                     notes: tuple[str, ...], handoff: tuple[float, float], analysis: RackAnalysis) -> list[Candidate] | str:
+    """The layout's candidates in one role, or the reason it has none."""
+    layout = inp.layout
+    limits = _limits(workload, inp.role, handoff[1], handoff[0])
+    if inp.role is ServingRole.PREFILL:  # one candidate: the prompts of one micro-batch per stage in flight
+        table = evaluate_batches(inp, [layout.pp * layout.dp_attn])
+        analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(table.used_bytes[0]))
+        if not table.fits[0]:
+            return "hbm"
+        if limits.ttft_s is not None and table.ttft_s[0] > limits.ttft_s:
+            return "ttft"
+        return [_candidate(inp, workload, table, 0, "prefill", spans, notes, handoff)]
+    grid = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica))
+    analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
+    if not grid.fits[0]:
+        return "hbm"
+    analysis.min_tpot_s = min(analysis.min_tpot_s, float(grid.tpot_s[0]))
+    analysis.min_ttft_s = min(analysis.min_ttft_s, float(grid.ttft_s[0]))
+    found = _largest_feasible_batch(inp, limits, grid, settings.max_batch_per_replica)
+    if found is None:
+        return _limit_reason(grid, limits, 0)
+    table, best, reason = found
+    out = [_candidate(inp, workload, table, best, reason, spans, notes, handoff)]
+    if settings.keep_batch_ladder:
+        ladder = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, int(table.batches[best])))
+        out += [_candidate(inp, workload, ladder, int(i), "ladder", spans, notes, handoff) for i in np.flatnonzero(_feasible(ladder, limits))]
+    return out
+
+
 def pareto_prune(candidates: list[Candidate], use_latency: bool = False) -> list[Candidate]:
-    """Drop every candidate another one beats: no more accelerators, at least the throughput (and,
-    with `use_latency`, no worse TPOT), strictly better somewhere. Ties keep the canonical first."""
-    ordered = sorted(candidates, key=lambda c: (c.accelerators, -c.output_tokens_per_s, c.tpot_s, c.sort_key()))
+    """Drop every candidate another one of the same role beats: no more accelerators, at least the
+    throughput (and, with `use_latency`, no worse TPOT), strictly better somewhere. Prefill and
+    decode candidates also keep what their pairing depends on: TTFT and NIC bandwidth. Ties keep
+    the canonical first."""
     kept: list[Candidate] = []
-    for c in ordered:
-        dominated = any(
-            k.accelerators <= c.accelerators and k.output_tokens_per_s >= c.output_tokens_per_s
-            and (not use_latency or k.tpot_s <= c.tpot_s)
-            for k in kept
-        )
-        if not dominated:
-            kept.append(c)
+    for role in ServingRole:
+        mine = [c for c in candidates if c.role is role]
+        paired = role is not ServingRole.AGGREGATED
+        ordered = sorted(mine, key=lambda c: (c.accelerators, -c.output_tokens_per_s, c.tpot_s, c.ttft_s, c.sort_key()))
+        chosen: list[Candidate] = []
+        for c in ordered:
+            dominated = any(
+                k.accelerators <= c.accelerators and k.output_tokens_per_s >= c.output_tokens_per_s
+                and (not use_latency or k.tpot_s <= c.tpot_s)
+                and (not paired or (k.ttft_s <= c.ttft_s and k.nic_bytes_per_s >= c.nic_bytes_per_s))
+                for k in chosen
+            )
+            if not dominated:
+                chosen.append(c)
+        kept += chosen
     return kept

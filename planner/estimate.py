@@ -146,8 +146,10 @@ class Estimate:
 
     @property
     def usd_per_million_output_tokens_all_in(self) -> float:
-        """Replica cost per output token it serves in its role (an aggregated replica's prefill included)."""
-        return usd_per_million_tokens(self.usd_per_hour / SECONDS_PER_HOUR, self.sustained_output_tokens_per_s)
+        """Replica cost per output token of its workload: per token it makes (an aggregated replica's
+        prefill included), or for a prefill replica per token its prompts go on to produce."""
+        tokens = self.inputs.output_tokens / self.replica_seconds_per_request
+        return usd_per_million_tokens(self.usd_per_hour / SECONDS_PER_HOUR, tokens)
 
     @property
     def requests_per_s(self) -> float:

@@ -4,6 +4,7 @@ dominates its step, what binds the fleet, and the best rejected alternative with
 import math
 from dataclasses import dataclass, replace
 
+from planner.deployment import ServingRole
 from planner.units import format_rate, format_seconds, format_usd
 
 __all__ = ["Alternative", "DeploymentExplanation", "PlanExplanation", "RackComparison", "explain_plan"]
@@ -14,6 +15,8 @@ LIMIT_SENTENCES = {
     "ttft": "the TTFT limit binds: batch {batch} is the largest whose queueing plus prefill stays within {limit}",
     "max_batch": "the batch cap binds: batch {batch} is solver.max_batch_per_replica",
     "ladder": "a smaller batch than the largest feasible one, chosen for latency",
+    "nic": "the NICs bind: batch {batch} is the largest whose requests' KV caches the replica's scale-out links can receive",
+    "prefill": "a prefill replica: {rate} prompt tokens, each prompt ready in {latency}",
 }
 
 
@@ -67,12 +70,38 @@ def _deployment(result, d) -> DeploymentExplanation:
     c, e = d.candidate, d.estimate
     w = next(w for w in result.problem.workloads if w.name == c.workload)
     limit = {"tpot": w.tpot_limit_s, "ttft": w.ttft_limit_s}.get(c.batch_limit)
-    binding = LIMIT_SENTENCES[c.batch_limit].format(batch=c.batch, limit=format_seconds(limit) if limit else "")
-    step = e.serving_step
+    binding = LIMIT_SENTENCES[c.batch_limit].format(batch=c.batch, limit=format_seconds(limit) if limit else "",
+                                                    rate=format_rate(c.input_tokens_per_s), latency=format_seconds(e.prefill_latency_s))
+    prefill = c.role is ServingRole.PREFILL
+    step = e.prefill_chunk_step if prefill else e.serving_step
     share = {"compute": step.compute_s, "weights": step.weights_s, "kv": step.kv_s, "comm": step.comm_s}[step.dominant_term] / step.total_s
     names = {"compute": "compute", "weights": "weight fetch", "kv": "KV fetch", "comm": "communication"}
-    dominant = f"{names[step.dominant_term]} dominates the decode step ({share:.0%} of {format_seconds(step.total_s)}, {step.bound}-bound)"
-    return DeploymentExplanation(c.workload, c.rack_id, binding, dominant)
+    what = "a prefill chunk" if prefill else "the decode step"
+    dominant = f"{names[step.dominant_term]} dominates {what} ({share:.0%} of {format_seconds(step.total_s)}, {step.bound}-bound)"
+    rack = c.rack_id if c.role is ServingRole.AGGREGATED else f"{c.rack_id} ({c.role})"
+    return DeploymentExplanation(c.workload, rack, binding, dominant)
+
+
+def _modes(result, time_limit_s: float, seed: int, workers: int) -> list[str]:
+    """For workloads whose serving mode the solver chose: the other mode's best plan and the margin."""
+    from planner.solve import solve_data
+
+    lines = []
+    for w in result.problem.workloads:
+        if w.serving != "auto":
+            continue
+        split = result.is_split(w.name)
+        data = replace(result.data, forced_split={**result.data.forced_split, w.name: not split})
+        raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers, canonical=False)
+        won, lost = ("disaggregated (prefill and decode pools)", "aggregated") if split else ("aggregated", "disaggregated")
+        if raw.objective is None:
+            lines.append(f"{w.name}: {won} serving; {lost} serving has no feasible plan here")
+            continue
+        base = result.stats.objective
+        delta = (raw.objective - base) / abs(base) if base else math.inf
+        lines.append(f"{w.name}: {won} serving wins; {lost} would cost {raw.objective:.6g} {result.stats.objective_unit} "
+                     f"({delta:+.1%})")
+    return lines
 
 
 def _fleet(result) -> list[str]:
@@ -90,7 +119,7 @@ def _fleet(result) -> list[str]:
         if w.output_tokens_per_s is None:
             lines.extend(_room_for_replicas(result, w.name))
             continue
-        served = sum(d.output_tokens_per_s for d in result.deployments if d.candidate.workload == w.name)
+        served = result.served_output_tokens_per_s(w.name)
         lines.append(f"{w.name}: serves {format_rate(served)} output tokens for a demand of {format_rate(w.output_tokens_per_s)} "
                      f"({served / w.output_tokens_per_s - 1:+.0%} headroom from whole replicas)")
     return lines
@@ -102,7 +131,7 @@ def _room_for_replicas(result, workload: str) -> list[str]:
     for d in result.deployments:
         c = d.candidate
         pool = result.data.pools[c.rack_id]
-        if c.workload != workload or pool.count is None or c.stage_size > pool.domain_size:
+        if c.workload != workload or pool.count is None or c.stage_size > pool.domain_size or c.role is not ServingRole.AGGREGATED:
             continue
         per_rack = pool.domain_size // c.stage_size
         replicas = pool.count * per_rack // c.stages
@@ -116,7 +145,7 @@ def _racks(result) -> list[RackComparison]:
     comparisons = []
     for w in result.problem.workloads:
         chosen = [d for d in result.deployments if d.candidate.workload == w.name]
-        tokens = sum(d.output_tokens_per_s for d in chosen)
+        tokens = result.served_output_tokens_per_s(w.name)
         reference = sum(d.usd_per_hour for d in chosen) / 3600.0 / tokens * 1e6 if tokens else None  # the plan's blended $/M
         for (workload, rack_id), analysis in result.analyses.items():
             if workload != w.name:
@@ -125,11 +154,34 @@ def _racks(result) -> list[RackComparison]:
                 reasons = ", ".join(f"{k}: {n} layouts" for k, n in sorted(analysis.rejected.items())) or "no valid layout"
                 comparisons.append(RackComparison(w.name, rack_id, f"no layout is feasible ({reasons})", None, None))
                 continue
-            best = min(analysis.candidates, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
-            relative = best.usd_per_million_output_tokens / reference if reference else None
-            comparisons.append(RackComparison(w.name, rack_id, f"{best.layout.describe()}, batch {best.batch} ({best.batch_limit}-bound)",
-                                              best.usd_per_million_output_tokens, relative))
+            best = _best_per_token(analysis.candidates)
+            if best is None:
+                comparisons.append(RackComparison(w.name, rack_id, "only one of the prefill and decode roles fits", None, None))
+                continue
+            text, cost = best
+            relative = cost / reference if reference else None
+            comparisons.append(RackComparison(w.name, rack_id, text, cost, relative))
     return comparisons
+
+
+def _best_per_token(candidates) -> tuple[str, float] | None:
+    """The cheapest way per output token to serve a workload on one rack type: an aggregated
+    candidate, or the cheapest prefill plus the cheapest decode candidate (their pairing TTFT aside)."""
+    options = []
+    for c in candidates:
+        if c.role is ServingRole.AGGREGATED:
+            options.append((c.usd_per_million_output_tokens, f"{c.layout.describe()}, batch {c.batch} ({c.batch_limit}-bound)"))
+    prefill = [c for c in candidates if c.role is ServingRole.PREFILL]
+    decode = [c for c in candidates if c.role is ServingRole.DECODE]
+    if prefill and decode:
+        p = min(prefill, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
+        q = min(decode, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
+        options.append((p.usd_per_million_output_tokens + q.usd_per_million_output_tokens,
+                        f"prefill {p.layout.describe()} + decode {q.layout.describe()}, batch {q.batch} ({q.batch_limit}-bound)"))
+    if not options:
+        return None
+    cost, text = min(options)
+    return text, cost
 
 
 def _alternative(result, time_limit_s: float, seed: int, workers: int) -> Alternative | None:
@@ -155,7 +207,7 @@ def _alternative(result, time_limit_s: float, seed: int, workers: int) -> Altern
 def explain_plan(result, *, time_limit_s: float, seed: int, workers: int) -> PlanExplanation:
     return PlanExplanation(
         deployments=tuple(_deployment(result, d) for d in result.deployments),
-        fleet=tuple(_fleet(result)),
+        fleet=tuple(_fleet(result) + _modes(result, time_limit_s, seed, workers)),
         racks=tuple(_racks(result)),
         alternative=_alternative(result, time_limit_s, seed, workers),
     )

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.candidates import Candidate
+from planner.candidates import Candidate, pair_ttft_s
+from planner.deployment import ServingRole
 from planner.packing import aligned_free_blocks, stage_kind
 from planner.problem import Objective
 
@@ -66,14 +67,25 @@ class PlanningData:
     cost_cap_usd_per_hour: float | None = None
     max_replicas: int = 4096
     excluded: tuple[frozenset[int], ...] = ()  # sets of candidates that may not all be used together
+    ttft_limit_s: dict[str, float | None] = field(default_factory=dict)  # workload -> TTFT limit (checked on prefill-decode pairs)
+    forced_split: dict[str, bool] = field(default_factory=dict)  # workload -> serving mode fixed (True: disaggregated)
 
     @property
     def has_demand(self) -> bool:
         """Any workload with a demand: the plan is a fleet, its cost per hour the objective."""
         return any(d is not None for d in self.demand_tokens_per_s.values())
 
-    def candidates_of(self, workload: str) -> list[int]:
-        return [j for j, c in enumerate(self.candidates) if c.workload == workload]
+    def candidates_of(self, workload: str, role: ServingRole | None = None) -> list[int]:
+        return [j for j, c in enumerate(self.candidates) if c.workload == workload and (role is None or c.role is role)]
+
+    def split_pairs_over_ttft(self, workload: str) -> list[tuple[int, int]]:
+        """(prefill, decode) candidate pairs whose request TTFT (prefill + KV hand-off + decode join)
+        breaks the workload's limit: they may not serve the workload together."""
+        limit = self.ttft_limit_s.get(workload)
+        if limit is None:
+            return []
+        return [(p, q) for p in self.candidates_of(workload, ServingRole.PREFILL) for q in self.candidates_of(workload, ServingRole.DECODE)
+                if pair_ttft_s(self.candidates[p], self.candidates[q]) > limit * (1 + 1e-12)]
 
 
 def _scaled(value: float, resolution: float, round_up: bool) -> int:
@@ -106,6 +118,9 @@ class PlanVars:
     used: list[cp_model.IntVar]
     families: dict[str, cp_model.IntVar] = field(default_factory=dict)
     workload_tpot: dict[str, cp_model.IntVar] = field(default_factory=dict)
+    split: dict[str, cp_model.IntVar | int] = field(default_factory=dict)  # workload -> 1 when served by prefill + decode pools
+    roles: dict[int, ServingRole] = field(default_factory=dict)  # candidate -> role (for hints)
+    workload_of: dict[int, str] = field(default_factory=dict)
 
     def literal(self, family: str) -> cp_model.IntVar:
         """Enforcement literal of a constraint family (created on first use)."""
@@ -136,10 +151,11 @@ def replica_bound(data: PlanningData, j: int) -> int:
 def new_vars(model: cp_model.CpModel, data: PlanningData) -> PlanVars:
     replicas, used = [], []
     for j, c in enumerate(data.candidates):
-        name = f"{c.workload}@{c.rack_id}[tp={c.layout.tp},ep={c.layout.ep},pp={c.layout.pp},dp={c.layout.dp_attn},b={c.batch}]"
+        name = f"{c.workload}@{c.rack_id}:{c.role}[tp={c.layout.tp},ep={c.layout.ep},pp={c.layout.pp},dp={c.layout.dp_attn},b={c.batch}]"
         replicas.append(model.new_int_var(0, replica_bound(data, j), f"replicas:{name}"))
         used.append(model.new_bool_var(f"used:{name}"))
-    return PlanVars(model, replicas, used)
+    return PlanVars(model, replicas, used, roles={j: c.role for j, c in enumerate(data.candidates)},
+                    workload_of={j: c.workload for j, c in enumerate(data.candidates)})
 
 
 def add_replicas_need_use(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None:
@@ -149,24 +165,62 @@ def add_replicas_need_use(model: cp_model.CpModel, v: PlanVars, data: PlanningDa
         model.add(v.replicas[j] <= replica_bound(data, j) * v.used[j])
 
 
+def add_serving_modes(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None:
+    """A workload is served either by aggregated replicas or by prefill and decode pools; with
+    candidates of both kinds a Boolean picks the mode. Prefill-decode pairs that would break the
+    TTFT limit are never used together."""
+    for w in data.workloads:
+        aggregated = data.candidates_of(w, ServingRole.AGGREGATED)
+        split = data.candidates_of(w, ServingRole.PREFILL) + data.candidates_of(w, ServingRole.DECODE)
+        if w in data.forced_split:
+            mode = int(data.forced_split[w])
+        elif aggregated and split:
+            mode = model.new_bool_var(f"split[{w}]")
+        else:
+            mode = int(bool(split))
+        v.split[w] = mode
+        for j in aggregated:
+            model.add(v.used[j] + mode <= 1)
+        for j in split:
+            model.add(v.used[j] <= mode)
+        for p, q in data.split_pairs_over_ttft(w):
+            model.add(v.used[p] + v.used[q] <= 1).only_enforce_if(v.literal(f"ttft[{w}]"))
+
+
 def add_demand(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None:
-    """Each workload's replicas together serve its demand in output tokens per second."""
+    """Each workload's replicas together serve its demand in output tokens per second: aggregated
+    or decode replicas make the tokens; with pools, prefill replicas must keep up with the prompts
+    (their rate is counted in the output tokens the prompts they prefill will produce)."""
     for w in data.workloads:
         demand = data.demand_tokens_per_s[w]
         if demand is None:
             continue
-        js = data.candidates_of(w)
-        rates = [_scaled(data.candidates[j].output_tokens_per_s, THROUGHPUT_RESOLUTION, round_up=False) for j in js]
-        _check_linear(rates, [replica_bound(data, j) for j in js], f"demand[{w}]")
-        served = cp_model.LinearExpr.weighted_sum([v.replicas[j] for j in js], rates)
-        model.add(served >= _scaled(demand, THROUGHPUT_RESOLUTION, round_up=True)).only_enforce_if(v.literal(f"demand[{w}]"))
+        need = _scaled(demand, THROUGHPUT_RESOLUTION, round_up=True)
+        literal = v.literal(f"demand[{w}]")
+        makers = data.candidates_of(w, ServingRole.AGGREGATED) + data.candidates_of(w, ServingRole.DECODE)
+        rates = [_scaled(data.candidates[j].output_tokens_per_s, THROUGHPUT_RESOLUTION, round_up=False) for j in makers]
+        _check_linear(rates, [replica_bound(data, j) for j in makers], f"demand[{w}]")
+        model.add(cp_model.LinearExpr.weighted_sum([v.replicas[j] for j in makers], rates) >= need).only_enforce_if(literal)
+        prefills = data.candidates_of(w, ServingRole.PREFILL)
+        if prefills:
+            rates = [_scaled(data.candidates[j].output_tokens_per_s, THROUGHPUT_RESOLUTION, round_up=False) for j in prefills]
+            _check_linear(rates, [replica_bound(data, j) for j in prefills], f"prefill[{w}]")
+            fed = cp_model.LinearExpr.weighted_sum([v.replicas[j] for j in prefills], rates)
+            model.add(fed >= need * v.split[w]).only_enforce_if(literal)
 
 
 def add_one_deployment_per_workload(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None:
-    """Without a demand, each workload gets exactly one replica of one candidate (cost per token)."""
+    """Without a demand, each workload gets one replica of one aggregated candidate, or one prefill
+    and one decode replica (cost per token)."""
     for w in data.workloads:
-        if data.demand_tokens_per_s[w] is None:
-            model.add(sum(v.used[j] for j in data.candidates_of(w)) == 1).only_enforce_if(v.literal(f"serve[{w}]"))
+        if data.demand_tokens_per_s[w] is not None:
+            continue
+        literal = v.literal(f"serve[{w}]")
+        mode = v.split[w]
+        aggregated = cp_model.LinearExpr.sum([v.used[j] for j in data.candidates_of(w, ServingRole.AGGREGATED)])
+        model.add(aggregated + mode == 1).only_enforce_if(literal)
+        for role in (ServingRole.PREFILL, ServingRole.DECODE):
+            model.add(cp_model.LinearExpr.sum([v.used[j] for j in data.candidates_of(w, role)]) == mode).only_enforce_if(literal)
 
 
 def add_rack_budget(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None:
@@ -266,6 +320,7 @@ def build_model(data: PlanningData) -> tuple[cp_model.CpModel, PlanVars]:
     model = cp_model.CpModel()
     v = new_vars(model, data)
     add_replicas_need_use(model, v, data)
+    add_serving_modes(model, v, data)
     add_demand(model, v, data)
     add_one_deployment_per_workload(model, v, data)
     add_rack_budget(model, v, data)

@@ -4,6 +4,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from planner.deployment import ServingRole
 from planner.report import estimate_record
 from planner.solve import Deployment, SolveResult
 from planner.units import format_rate, format_seconds, format_usd
@@ -61,10 +62,13 @@ def deployment_record(d: Deployment) -> dict:
         "groups_span_domains": c.spans_domains,
         "accelerators": d.accelerators,
         "accelerators_per_replica": c.accelerators,
-        "output_tokens_per_s": d.output_tokens_per_s,
+        "output_tokens_per_s": 0.0 if c.role is ServingRole.PREFILL else d.output_tokens_per_s,
+        "input_tokens_per_s": d.replicas * c.input_tokens_per_s,
         "usd_per_hour": d.usd_per_hour,
         "usd_per_million_output_tokens_all_in": c.usd_per_million_output_tokens,
         "batch_limit": c.batch_limit,
+        "kv_handoff_bytes_per_request": c.kv_handoff_bytes if c.role is not ServingRole.AGGREGATED else None,
+        "kv_handoff_bytes_per_s_per_replica": c.nic_bytes_per_s if c.role is not ServingRole.AGGREGATED else None,
     }
     record.update({k: v for k, v in estimate_record(d.estimate).items() if k not in _ESTIMATE_KEYS_REPLACED})
     return record
@@ -169,12 +173,20 @@ def expert_lines(result: SolveResult) -> list[str]:
 
 def _plan_table(result: SolveResult) -> Table:
     table = Table(title="Plan", title_justify="left")
-    for name in ("workload", "rack", "layout", "batch", "replicas", "accel.", "TPOT", "TTFT", "out tok/s", "$/h", "$/M out", "binds", "dominant"):
+    for name in ("workload", "rack", "layout", "batch", "replicas", "accel.", "TPOT", "TTFT", "tok/s", "$/h", "$/M out", "binds", "dominant"):
         table.add_column(name, justify="left" if name in ("workload", "rack", "layout", "binds", "dominant") else "right")
     for d in result.deployments:
         c, e = d.candidate, d.estimate
-        table.add_row(c.workload, c.rack_id, c.layout.describe().split(" = ")[0], str(c.batch), str(d.replicas), str(d.accelerators),
-                      format_seconds(e.tpot_s), format_seconds(e.ttft_s), format_rate(d.output_tokens_per_s), format_usd(d.usd_per_hour),
+        layout = c.layout.describe().split(" = ")[0]
+        if c.role is ServingRole.PREFILL:
+            table.add_row(c.workload, c.rack_id, f"prefill: {layout}", "-", str(d.replicas), str(d.accelerators), "-",
+                          format_seconds(e.ttft_s), f"in {format_rate(d.replicas * c.input_tokens_per_s)}", format_usd(d.usd_per_hour),
+                          format_usd(c.usd_per_million_output_tokens), c.batch_limit, e.prefill_chunk_step.dominant_term)
+            continue
+        ttft = result.workload_ttft_s(c.workload) if c.role is ServingRole.DECODE else e.ttft_s
+        table.add_row(c.workload, c.rack_id, (f"decode: {layout}" if c.role is ServingRole.DECODE else layout), str(c.batch),
+                      str(d.replicas), str(d.accelerators), format_seconds(e.tpot_s), format_seconds(ttft),
+                      f"out {format_rate(d.output_tokens_per_s)}", format_usd(d.usd_per_hour),
                       format_usd(c.usd_per_million_output_tokens), c.batch_limit, e.serving_step.dominant_term)
     return table
 

@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from planner.architecture import ModelArch
-from planner.deployment import Precisions
+from planner.deployment import Precisions, ServingRole
 from planner.errors import (
     InputIssue,
     PlannerInputError,
@@ -198,6 +198,9 @@ class WorkloadSpec(EdgeModel):
     demand: Demand | None = Field(default=None, description="traffic to serve; omit to minimise cost per token")
     ttft_limit_ms: float | None = Field(default=None, gt=0, description="time-to-first-token limit, milliseconds")
     tpot_limit_ms: float | None = Field(default=None, gt=0, description="time-per-output-token limit, milliseconds")
+    serving: Literal["aggregated", "disaggregated", "auto"] = Field(
+        default="aggregated", description="aggregated replicas (prefill rides in the decode steps), separate prefill and decode "
+                                          "pools, or auto: the solver picks the cheaper and says by how much")
 
     @field_validator("ttft_limit_ms", "tpot_limit_ms")
     @classmethod
@@ -286,6 +289,13 @@ class ResolvedWorkload:
     output_tokens_per_s: float | None  # demand; None = minimise cost per token
     ttft_limit_s: float | None
     tpot_limit_s: float | None
+    serving: str = "aggregated"  # aggregated | disaggregated | auto
+
+    @property
+    def roles(self) -> tuple[ServingRole, ...]:
+        """The replica roles the solver may use for this workload."""
+        aggregated, split = (ServingRole.AGGREGATED,), (ServingRole.PREFILL, ServingRole.DECODE)
+        return {"aggregated": aggregated, "disaggregated": split, "auto": aggregated + split}[self.serving]
 
 
 @dataclass(frozen=True)
@@ -395,6 +405,7 @@ def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = 
             w.name, key, w.input_tokens, w.output_tokens, demand,
             None if w.ttft_limit_ms is None else w.ttft_limit_ms * MS,
             None if w.tpot_limit_ms is None else w.tpot_limit_ms * MS,
+            w.serving,
         ))
         arch = models.get(key)
         if arch is not None and w.input_tokens + w.output_tokens > arch.arch.max_context_tokens:

@@ -7,6 +7,7 @@ with the model's volume inequalities, so the search also tests that encoding.
 
 from collections.abc import Iterator
 
+from planner.deployment import ServingRole
 from planner.model_builder import (
     THROUGHPUT_RESOLUTION,
     TIME_RESOLUTION_S,
@@ -56,11 +57,29 @@ def _racks(pool: RackPool) -> list[RackSlots]:
     return racks
 
 
-def _minimal_vectors(data: PlanningData, workload: str) -> Iterator[dict[int, int]]:
-    """Every vector of replica counts for one workload's candidates that serves its demand and from
-    which no replica can be removed (an optimal plan never has a removable replica), by depth-first
-    search: a branch stops as soon as the demand is met or can no longer be met."""
-    js = data.candidates_of(workload)
+def _workload_vectors(data: PlanningData, workload: str) -> Iterator[dict[int, int]]:
+    """Every minimal plan for one workload: aggregated replicas alone, or a prefill pool and a
+    decode pool (each minimal) with no prefill-decode pair over the TTFT limit."""
+    forced = data.forced_split.get(workload)
+    if forced is not True:
+        yield from _minimal_vectors(data, workload, data.candidates_of(workload, ServingRole.AGGREGATED))
+    if forced is False:
+        return
+    prefill = list(_minimal_vectors(data, workload, data.candidates_of(workload, ServingRole.PREFILL)))
+    decode = list(_minimal_vectors(data, workload, data.candidates_of(workload, ServingRole.DECODE)))
+    bad = set(data.split_pairs_over_ttft(workload))
+    for p in prefill:
+        for q in decode:
+            if not any((i, j) in bad for i in p for j in q):
+                yield {**p, **q}
+
+
+def _minimal_vectors(data: PlanningData, workload: str, js: list[int]) -> Iterator[dict[int, int]]:
+    """Every vector of replica counts over candidates `js` that serves the workload's demand and
+    from which no replica can be removed (an optimal plan never has a removable replica), by
+    depth-first search: a branch stops as soon as the demand is met or can no longer be met."""
+    if not js:
+        return
     demand = data.demand_tokens_per_s[workload]
     if demand is None:
         for j in js:
@@ -117,7 +136,7 @@ def reference_optimum(data: PlanningData, max_combinations: int = MAX_COMBINATIO
     per_workload = []
     for w in data.workloads:
         vectors = []
-        for vector in _minimal_vectors(data, w):
+        for vector in _workload_vectors(data, w):
             vectors.append((_objective(data, vector), vector))
             if len(vectors) > max_combinations:
                 raise SearchTooLarge(w)

@@ -20,8 +20,10 @@ from planner.candidates import (
     CandidateSettings,
     RackAnalysis,
     analyse_rack,
+    pair_ttft_s,
     pareto_prune,
 )
+from planner.deployment import ServingRole
 from planner.estimate import DeploymentInputs, Estimate, estimate
 from planner.experts import ExpertPlacement, place_experts, synthetic_profile
 from planner.model_builder import (
@@ -109,6 +111,37 @@ class SolveResult:
     def accelerators(self) -> int:
         return sum(d.accelerators for d in self.deployments)
 
+    def of_workload(self, workload: str, role: ServingRole | None = None) -> list[Deployment]:
+        return [d for d in self.deployments if d.candidate.workload == workload and (role is None or d.candidate.role is role)]
+
+    def is_split(self, workload: str) -> bool:
+        """Served by prefill and decode pools."""
+        return any(d.candidate.role is not ServingRole.AGGREGATED for d in self.of_workload(workload))
+
+    def workload_ttft_s(self, workload: str) -> float:
+        """Worst TTFT a request of `workload` sees: over aggregated replicas, or over every
+        prefill-decode pair the plan may route it through."""
+        if self.is_split(workload):
+            return max(pair_ttft_s(p.candidate, q.candidate) for p in self.of_workload(workload, ServingRole.PREFILL)
+                       for q in self.of_workload(workload, ServingRole.DECODE))
+        return max(d.estimate.ttft_s for d in self.of_workload(workload))
+
+    def workload_tpot_s(self, workload: str) -> float:
+        return max(d.estimate.tpot_s for d in self.of_workload(workload) if d.candidate.role is not ServingRole.PREFILL)
+
+    def workload_usd_per_million_output_tokens(self, workload: str) -> float:
+        """The plan's cost per output token for `workload`: its deployments' cost over the tokens they
+        make (with a demand), or the per-token cost of its one replica or replica pair."""
+        mine = self.of_workload(workload)
+        if self.data.demand_tokens_per_s.get(workload) is None:
+            return sum(d.candidate.usd_per_million_output_tokens for d in mine)
+        return sum(d.usd_per_hour for d in mine) / 3600.0 / self.served_output_tokens_per_s(workload) * 1e6
+
+    def served_output_tokens_per_s(self, workload: str) -> float:
+        """Output tokens per second the plan makes for `workload` (aggregated and decode replicas)."""
+        return sum(d.output_tokens_per_s for d in self.deployments
+                   if d.candidate.workload == workload and d.candidate.role is not ServingRole.PREFILL)
+
 
 def set_parameters(solver: cp_model.CpSolver, *, time_limit_s: float, seed: int, workers: int, relative_gap_limit: float = 0.0) -> None:
     """Every parameter set explicitly. The search stops on deterministic time (a count of work,
@@ -171,6 +204,7 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
         objective=problem.objective,
         cost_cap_usd_per_hour=problem.cost_cap_usd_per_hour,
         max_replicas=problem.solver.max_replicas,
+        ttft_limit_s={w.name: w.ttft_limit_s for w in resolved.workloads},
     )
     return data, analyses
 
@@ -229,7 +263,8 @@ def _fix_families(model: cp_model.CpModel, v: PlanVars) -> None:
 def _hint(model: cp_model.CpModel, v: PlanVars, solver: cp_model.CpSolver) -> None:
     """Hint every decision variable (an incomplete hint is ignored, cpsat.md section 5)."""
     model.clear_hints()
-    for var in [*v.replicas, *v.used, *v.workload_tpot.values()]:
+    modes = [m for m in v.split.values() if not isinstance(m, int)]
+    for var in [*v.replicas, *v.used, *v.workload_tpot.values(), *modes]:
         model.add_hint(var, solver.value(var))
 
 
@@ -244,6 +279,10 @@ def hint_plan(model: cp_model.CpModel, v: PlanVars, chosen: dict[int, int]) -> N
         model.add_hint(literal, 1)
     for var in v.workload_tpot.values():
         model.add_hint(var, 0)  # only MIN_TPOT models have these; sweeps use cost objectives
+    for w, mode in v.split.items():
+        if not isinstance(mode, int):
+            split = any(data_role is not ServingRole.AGGREGATED for j, data_role in v.roles.items() if chosen.get(j) and v.workload_of[j] == w)
+            model.add_hint(mode, int(split))
 
 
 def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed: int, workers: int,
@@ -339,7 +378,7 @@ def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int
                                   workload.output_tokens, c.precisions, resolved.hardware.overheads, problem.solver.overlap,
                                   problem.solver.prefill_chunk_tokens, c.notes,
                                   experts.imbalance if experts else 1.0,
-                                  problem.placement.redundant_experts_per_rank if experts else 0)
+                                  problem.placement.redundant_experts_per_rank if experts else 0, c.role)
         deployments.append(Deployment(c, replicas, estimate(inputs), experts))
     return deployments
 

@@ -21,7 +21,7 @@ import numpy as np
 from planner.architecture import param_counts
 from planner.candidates import Candidate
 from planner.cost import usd_per_million_tokens, usd_per_s
-from planner.deployment import Layout
+from planner.deployment import Layout, ServingRole
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.estimate import BatchTable, DeploymentInputs, evaluate_batches
 from planner.precision import bytes_per_value
@@ -106,25 +106,27 @@ def _rows_of(result: SolveResult, rack_id: str) -> list[CompareRow]:
             rows.append(CompareRow(rack_id, accel, w.name, result.status, None, None, None, None, 0, 0, 0.0, "", "", "", note))
             continue
         usd = sum(d.usd_per_hour for d in mine)
-        served = sum(d.output_tokens_per_s for d in mine)
+        served = result.served_output_tokens_per_s(w.name)
         accelerators = sum(d.accelerators for d in mine)
         racks = set()
         if result.placement is not None:
             for i, d in enumerate(result.deployments):
                 if d in mine:
                     racks |= {role.rack for role in result.placement.of_deployment(i)}
-        if w.output_tokens_per_s is None:  # cost per token of one replica
-            cost = min(d.candidate.usd_per_million_output_tokens for d in mine)
-        else:
-            cost = usd_per_million_tokens(usd / SECONDS_PER_HOUR, served)
-        layouts = "; ".join(f"{d.candidate.layout.describe().split(' = ')[0]}, batch {d.candidate.batch} x {d.replicas}" for d in mine)
+        cost = result.workload_usd_per_million_output_tokens(w.name)
+        layouts = "; ".join(f"{_role_prefix(d.candidate)}{d.candidate.layout.describe().split(' = ')[0]}, batch {d.candidate.batch} "
+                            f"x {d.replicas}" for d in mine)
         rows.append(CompareRow(
             rack_id, accel, w.name, result.status, cost, served / accelerators,
-            max(d.estimate.tpot_s for d in mine), max(d.estimate.ttft_s for d in mine), accelerators, len(racks), usd, layouts,
+            result.workload_tpot_s(w.name), result.workload_ttft_s(w.name), accelerators, len(racks), usd, layouts,
             ", ".join(sorted({d.candidate.batch_limit for d in mine})),
             ", ".join(sorted({d.estimate.serving_step.dominant_term for d in mine})),
         ))
     return rows
+
+
+def _role_prefix(c: Candidate) -> str:
+    return "" if c.role is ServingRole.AGGREGATED else f"{c.role}: "
 
 
 def compare_racks(problem: Problem, rack_ids: list[str], *, base_dir=".", count: int | None = None, time_limit_s: float | None = None,
@@ -220,12 +222,13 @@ def _point(limit_s: float, data, raw: RawSolution, hinted: bool) -> FrontierPoin
         return FrontierPoint(limit_s, raw.status, None, None, None, 0, "", 0, hinted)
     chosen = [(data.candidates[j], r) for j, r in sorted(raw.chosen.items())]
     usd = sum(c.usd_per_hour * r for c, r in chosen)
-    served = sum(c.output_tokens_per_s * r for c, r in chosen)
+    makers = [(c, r) for c, r in chosen if c.role is not ServingRole.PREFILL]
+    served = sum(c.output_tokens_per_s * r for c, r in makers)
     demand = data.demand_tokens_per_s[data.workloads[0]]
-    cost = usd_per_million_tokens(usd / SECONDS_PER_HOUR, served) if demand is not None else min(c.usd_per_million_output_tokens for c, _ in chosen)
-    plan = "; ".join(f"{c.rack_id} {c.layout.describe().split(' = ')[0]}, batch {c.batch} x {r}" for c, r in chosen)
-    return FrontierPoint(limit_s, raw.status, max(c.tpot_s for c, _ in chosen), cost, usd, sum(c.accelerators * r for c, r in chosen),
-                         plan, max(c.batch for c, _ in chosen), hinted)
+    cost = usd_per_million_tokens(usd / SECONDS_PER_HOUR, served) if demand is not None else sum(c.usd_per_million_output_tokens for c, _ in chosen)
+    plan = "; ".join(f"{_role_prefix(c)}{c.rack_id} {c.layout.describe().split(' = ')[0]}, batch {c.batch} x {r}" for c, r in chosen)
+    return FrontierPoint(limit_s, raw.status, max(c.tpot_s for c, _ in makers), cost, usd, sum(c.accelerators * r for c, r in chosen),
+                         plan, max(c.batch for c, _ in makers), hinted)
 
 
 def _mark_frontier(points: list[FrontierPoint]) -> list[FrontierPoint]:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.deployment import Layout, Precisions, layout_issues
+from planner.architecture import kv_bytes_per_sequence
+from planner.deployment import Layout, Precisions, ServingRole, layout_issues
 from planner.estimate import DeploymentInputs, estimate
 from planner.precision import FlopsFormat, Precision
 from planner.problem import ResolvedProblem
@@ -68,9 +69,12 @@ def _inputs(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]
                             FlopsFormat(p["compute"]), Precision(p["expert_weights"]))
     options = resolved.problem.solver
     imbalance, redundant = _expert_figures(resolved, model, layout, d.get("expert_map"), where, out)
+    role = ServingRole(d.get("role", "aggregated"))
+    if role not in w.roles:
+        out.append(Violation(f"{where}.role", f"{role} replicas, but workload {w.name} is served '{w.serving}'"))
     return DeploymentInputs(model.arch, rack, layout, int(d["batch_per_replica"]), w.input_tokens, w.output_tokens,
                             precisions, resolved.hardware.overheads, options.overlap, options.prefill_chunk_tokens, (),
-                            imbalance, redundant)
+                            imbalance, redundant, role)
 
 
 def _expert_figures(resolved: ResolvedProblem, model, layout: Layout, emap: dict | None, where: str,
@@ -122,26 +126,42 @@ def _expert_figures(resolved: ResolvedProblem, model, layout: Layout, emap: dict
     return (max_sum / mean_sum if mean_sum else 1.0), slots - n_experts // ranks
 
 
-def _check_deployment(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]) -> float:
-    """Checks of one deployment; returns its sustained output tokens per second (all replicas)."""
+@dataclass(frozen=True)
+class _Checked:
+    """What one deployment contributes to its workload, recomputed."""
+
+    role: ServingRole
+    output_tokens_per_s: float  # made (aggregated, decode) or fed by its prompts (prefill), all replicas
+    ttft_s: float
+    handoff_bytes: float  # a request's prompt KV cache
+    nic_bytes_per_s: float  # one replica's achievable scale-out bandwidth
+
+
+def _check_deployment(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]) -> _Checked | None:
+    """Checks of one deployment; returns what it contributes to its workload."""
     inp = _inputs(resolved, d, where, out)
     if inp is None:
-        return 0.0
+        return None
     e = estimate(inp)
     w = next(w for w in resolved.workloads if w.name == d["workload"])
     if not e.memory.fits:
         out.append(Violation(where, f"needs {e.memory.used_bytes:.4g} B of HBM per accelerator, {inp.rack.accelerator.id} has "
                                     f"{e.memory.capacity_bytes:.4g} B"))
-    if w.tpot_limit_s is not None and e.tpot_s > w.tpot_limit_s * (1 + RELATIVE_TOLERANCE):
+    if inp.role is not ServingRole.PREFILL and w.tpot_limit_s is not None and e.tpot_s > w.tpot_limit_s * (1 + RELATIVE_TOLERANCE):
         out.append(Violation(where, f"TPOT {e.tpot_s:.4g} s exceeds the limit {w.tpot_limit_s:.4g} s"))
-    if w.ttft_limit_s is not None and e.ttft_s > w.ttft_limit_s * (1 + RELATIVE_TOLERANCE):
+    if inp.role is ServingRole.AGGREGATED and w.ttft_limit_s is not None and e.ttft_s > w.ttft_limit_s * (1 + RELATIVE_TOLERANCE):
         out.append(Violation(where, f"TTFT {e.ttft_s:.4g} s exceeds the limit {w.ttft_limit_s:.4g} s"))
     for name, value in (("tpot_s", e.tpot_s), ("ttft_s", e.ttft_s), ("output_tokens_per_s_per_accelerator", e.output_tokens_per_s_per_accelerator)):
         if name in d and not _close(float(d[name]), value):
             out.append(Violation(f"{where}.{name}", f"says {d[name]:.6g}, the roofline gives {value:.6g}"))
     if int(d.get("accelerators", 0)) != int(d["replicas"]) * inp.layout.n_accelerators:
         out.append(Violation(f"{where}.accelerators", f"{d.get('accelerators')} != replicas x {inp.layout.n_accelerators}"))
-    return int(d["replicas"]) * w.output_tokens / e.replica_seconds_per_request
+    accel = inp.rack.accelerator
+    handoff = float(np.sum(kv_bytes_per_sequence(inp.arch, inp.prefilled_tokens, inp.precisions.kv_bytes)))
+    nic = inp.layout.n_accelerators * accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction
+    if inp.role is ServingRole.DECODE and e.requests_per_s * handoff > nic * (1 + RELATIVE_TOLERANCE):
+        out.append(Violation(where, f"receives {e.requests_per_s * handoff:.4g} B/s of KV caches, its NICs carry {nic:.4g} B/s"))
+    return _Checked(inp.role, int(d["replicas"]) * w.output_tokens / e.replica_seconds_per_request, e.ttft_s, handoff, nic)
 
 
 def _check_racks(resolved: ResolvedProblem, deployments: list[dict], out: list[Violation]) -> None:
@@ -248,20 +268,21 @@ def check_plan(resolved: ResolvedProblem, record: dict, placement: bool = False)
     accelerator placement and expert maps."""
     out: list[Violation] = []
     deployments = record.get("deployments") or []
-    served: dict[str, float] = {}
+    checked: dict[str, list[_Checked]] = {}
     for i, d in enumerate(deployments):
         try:
-            rate = _check_deployment(resolved, d, f"deployments[{i}]", out)
+            found = _check_deployment(resolved, d, f"deployments[{i}]", out)
         except (KeyError, TypeError, ValueError) as exc:
             out.append(Violation(f"deployments[{i}]", f"malformed entry ({exc})"))
             continue
-        served[d.get("workload")] = served.get(d.get("workload"), 0.0) + rate
+        if found is not None:
+            checked.setdefault(d.get("workload"), []).append(found)
     for w in resolved.workloads:
-        if w.output_tokens_per_s is not None and served.get(w.name, 0.0) < w.output_tokens_per_s * (1 - RELATIVE_TOLERANCE):
-            out.append(Violation(f"workload {w.name}", f"serves {served.get(w.name, 0.0):.6g} output tokens/s of the "
-                                                       f"{w.output_tokens_per_s:.6g} demanded"))
-        if w.name not in served:
+        mine = checked.get(w.name, [])
+        if not mine:
             out.append(Violation(f"workload {w.name}", "has no deployment"))
+            continue
+        _check_workload(w, mine, out)
     _check_racks(resolved, deployments, out)
     if placement:
         try:
@@ -269,6 +290,31 @@ def check_plan(resolved: ResolvedProblem, record: dict, placement: bool = False)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             out.append(Violation("placement", f"malformed entry ({exc})"))
     return out
+
+
+def _check_workload(w, mine: list[_Checked], out: list[Violation]) -> None:
+    """Demand, the serving mode's shape, and the TTFT of every prefill-decode pair."""
+    roles = {c.role for c in mine}
+    served = sum(c.output_tokens_per_s for c in mine if c.role is not ServingRole.PREFILL)
+    fed = sum(c.output_tokens_per_s for c in mine if c.role is ServingRole.PREFILL)
+    if ServingRole.AGGREGATED in roles and len(roles) > 1:
+        out.append(Violation(f"workload {w.name}", "mixes aggregated replicas with prefill/decode pools"))
+    split = roles & {ServingRole.PREFILL, ServingRole.DECODE}
+    if split and split != {ServingRole.PREFILL, ServingRole.DECODE}:
+        out.append(Violation(f"workload {w.name}", f"has {', '.join(sorted(split))} replicas only: pools need both prefill and decode"))
+    if w.output_tokens_per_s is not None:
+        if served < w.output_tokens_per_s * (1 - RELATIVE_TOLERANCE):
+            out.append(Violation(f"workload {w.name}", f"serves {served:.6g} output tokens/s of the {w.output_tokens_per_s:.6g} demanded"))
+        if ServingRole.PREFILL in roles and fed < w.output_tokens_per_s * (1 - RELATIVE_TOLERANCE):
+            out.append(Violation(f"workload {w.name}", f"its prefill pool keeps up with {fed:.6g} output tokens/s of the "
+                                                       f"{w.output_tokens_per_s:.6g} demanded"))
+    if w.ttft_limit_s is not None:
+        for p in (c for c in mine if c.role is ServingRole.PREFILL):
+            for q in (c for c in mine if c.role is ServingRole.DECODE):
+                ttft = p.ttft_s + p.handoff_bytes / min(p.nic_bytes_per_s, q.nic_bytes_per_s) + q.ttft_s
+                if ttft > w.ttft_limit_s * (1 + RELATIVE_TOLERANCE):
+                    out.append(Violation(f"workload {w.name}", f"a prefill-decode pair gives TTFT {ttft:.4g} s (prefill, KV hand-off "
+                                                               f"over the NICs, decode join), over the limit {w.ttft_limit_s:.4g} s"))
 
 
 def score_plan(resolved: ResolvedProblem, record: dict) -> PlanScore:
@@ -281,6 +327,8 @@ def score_plan(resolved: ResolvedProblem, record: dict) -> PlanScore:
         replicas = int(d["replicas"])
         usd += replicas * inp.layout.n_accelerators * inp.rack.accelerator.price_usd_per_hour
         accelerators += replicas * inp.layout.n_accelerators
+        if inp.role is ServingRole.PREFILL:
+            continue
         e = estimate(inp)
         served[d["workload"]] = served.get(d["workload"], 0.0) + replicas * inp.output_tokens / e.replica_seconds_per_request
     return PlanScore(usd, accelerators, served)

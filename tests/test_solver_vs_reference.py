@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from planner.deployment import ServingRole
 from planner.model_builder import replica_bound
 from planner.paths import data_dir
 from planner.problem import load_problem, parse_problem, resolve_problem
@@ -15,7 +16,8 @@ from planner.solve import prepare, solve_data
 MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "qwen3-32b"]
 RACKS = ["hgx-h100", "hgx-b200", "mi300x-8", "gb200-nvl72", "tpu-v6e-256", "hgx-h200"]
 MAX_BOUND = 5  # keep the exhaustive search small: candidates needing more replicas are left out of both
-MAX_PER_WORKLOAD = 8  # and at most this many candidates per workload, spread over their TPOT range
+MAX_PER_WORKLOAD = 8  # and at most this many aggregated candidates per workload, spread over their TPOT range
+MAX_PER_POOL = 4  # and this many prefill and decode candidates
 
 
 def _compare(data, max_combinations: int = 2_000_000) -> None:
@@ -30,12 +32,15 @@ def _compare(data, max_combinations: int = 2_000_000) -> None:
 
 
 def _small(data):
-    """The same problem on a subset of its candidates (both searches see the same subset)."""
+    """The same problem on a subset of its candidates (both searches see the same subset): per
+    workload and serving role, candidates spread over their TPOT (prefill: TTFT) range."""
     keep = []
     for w in data.workloads:
-        js = sorted((j for j in data.candidates_of(w) if replica_bound(data, j) <= MAX_BOUND), key=lambda j: data.candidates[j].tpot_s)
-        step = max(1, len(js) / MAX_PER_WORKLOAD)
-        keep += [data.candidates[js[int(k * step)]] for k in range(min(len(js), MAX_PER_WORKLOAD))]
+        for role, limit in ((ServingRole.AGGREGATED, MAX_PER_WORKLOAD), (ServingRole.PREFILL, MAX_PER_POOL), (ServingRole.DECODE, MAX_PER_POOL)):
+            js = sorted((j for j in data.candidates_of(w, role) if replica_bound(data, j) <= MAX_BOUND),
+                        key=lambda j: (data.candidates[j].tpot_s, data.candidates[j].ttft_s))
+            step = max(1, len(js) / limit)
+            keep += [data.candidates[js[int(k * step)]] for k in range(min(len(js), limit))]
     return replace(data, candidates=tuple(keep))
 
 
@@ -60,6 +65,7 @@ def random_problem(seed: int) -> dict:
                     "output_tokens": rng.choice([128, 512]), "tpot_limit_ms": rng.choice([30, 60, 120])}
         if rng.random() < 0.5:
             workload["ttft_limit_ms"] = rng.choice([500, 2000])
+        workload["serving"] = rng.choice(["aggregated", "auto", "auto", "disaggregated"])
         if with_demand:
             workload["demand"] = {"output_tokens_per_s": rng.choice([500, 2000, 8000, 30000])}
         workloads.append(workload)
