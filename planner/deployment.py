@@ -60,7 +60,7 @@ class Layout:
             parts.append(f"EP{self.ep}")
         if self.pp > 1:
             parts.append(f"PP{self.pp}")
-        return " x ".join(parts) + f" = {self.n_accelerators} accelerators"
+        return " x ".join(parts) + f" = {self.n_accelerators} accelerator{'s' if self.n_accelerators > 1 else ''}"
 
     @staticmethod
     def with_default_dp_attn(tp: int, ep: int, pp: int) -> "Layout":

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from ortools.sat.python import cp_model
 
 from planner.architecture import param_counts
+from planner.candidates import pair_ttft_s
 from planner.model_builder import PlanningData, RackPool, build_model
 from planner.precision import bytes_per_value
 from planner.units import format_bytes, format_rate, format_seconds, format_usd
@@ -177,6 +178,13 @@ def _coupled_conflict(result, families: list[str]) -> Conflict:
             relax.append("raise cost_cap_usd_per_hour")
         elif kind == "serve":
             lines.append(f"workload '{name}' needs one replica")
+        elif kind == "ttft":
+            pairs = data.split_pairs_over_ttft(name)
+            fastest = min((pair_ttft_s(data.candidates[p], data.candidates[q]) for p, q in pairs), default=None)
+            lines.append(f"workload '{name}' has a TTFT limit of {format_seconds(data.ttft_limit_s[name])}; {len(pairs)} prefill-decode "
+                         "pairs exceed it (prefill + KV hand-off over the NICs + decode join)"
+                         + (f", the fastest of them at {format_seconds(fastest)}" if fastest is not None else ""))
+            relax.append(f"raise workloads[{name}].ttft_limit_ms, or serve it aggregated (serving: aggregated)")
     return Conflict(tuple(families), "these constraints conflict:\n      " + "\n      ".join(lines), tuple(relax))
 
 

@@ -5,6 +5,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.deployment import ServingRole
+from planner.placement import handoff_summary
 from planner.report import estimate_record
 from planner.solve import Deployment, SolveResult
 from planner.units import format_rate, format_seconds, format_usd
@@ -109,6 +110,8 @@ def solve_record(result: SolveResult) -> dict:
                            for name, (n, broken) in result.placement.racks.items()}
     for d, deployment in zip(record["deployments"], result.deployments):
         d["expert_map"] = expert_map_record(deployment)
+    record["kv_handoff"] = [{"workload": h.workload, "replica_pairs": h.pairs, "pairs_in_one_domain": h.in_domain_pairs,
+                             "nic_seconds": h.nic_s, "in_domain_seconds": h.in_domain_s} for h in handoff_summary(result)]
     record["problem_spec"] = result.problem.problem.model_dump(mode="json", exclude_none=True)
     record["problem_dir"] = result.problem.base_dir
     record["notes"] = list(result.notes)
@@ -206,6 +209,10 @@ def render_solve(result: SolveResult, console: Console) -> None:
             console.print("[bold]Why this plan[/bold]")
             for line in result.explanation.lines():
                 console.print(f"  - {escape(line)}")
+        for h in handoff_summary(result):
+            console.print(f"  - {escape(h.workload)}: KV hand-off {format_seconds(h.nic_s)} per request over the NICs (the TTFT bound); "
+                          f"{h.in_domain_pairs} of {h.pairs} prefill-decode replica pairs share a scale-up domain"
+                          + (f", where it takes {format_seconds(h.in_domain_s)}" if h.in_domain_s is not None else ""))
         lines = expert_lines(result)
         if lines:
             console.print("[bold]Expert placement[/bold] (load per expert-parallel rank; bound = max(mean, hottest copy))")

@@ -16,21 +16,28 @@ def _labels(record: dict) -> dict[str, tuple[str, str]]:
     for i, d in enumerate(record["deployments"]):
         colour = COLOURS[i % len(COLOURS)]
         for role in d.get("placement", []):
-            text = f"{d['workload'][:8]}\nr{role['replica']} s{role['stage']}"
+            kind = {"prefill": " P", "decode": " D"}.get(d.get("role", "aggregated"), "")
+            text = f"{d['workload'][:8]}{kind}\nr{role['replica']} s{role['stage']}"
             if role.get("ep_rank") is not None:
                 text += f" e{role['ep_rank']}"
             cells[role["accelerator"]] = (text, colour)
     return cells
 
 
+def _role(d: dict) -> str:
+    role = d.get("role", "aggregated")
+    return "" if role == "aggregated" else f" {role}"
+
+
 def render_placement(record: dict, console: Console, rack_filter: str | None = None) -> None:
     racks = record.get("racks") or {}
     cells = _labels(record)
     catalog = load_hardware_catalog().racks
-    legend = ", ".join(f"[{COLOURS[i % len(COLOURS)]}]{d['workload']} ({d['rack']}, {d['replicas']} x "
+    legend = ", ".join(f"[{COLOURS[i % len(COLOURS)]}]{d['workload']}{_role(d)} ({d['rack']}, {d['replicas']} x "
                        f"TP{d['tp']} DPattn{d['dp_attn']} EP{d['ep']} PP{d['pp']})[/]" for i, d in enumerate(record["deployments"]))
     console.print(f"Deployments: {legend}")
-    console.print("cells: workload, replica r, pipeline stage s, expert rank e; [dim]· idle[/dim], [red]x unavailable[/red]")
+    console.print("cells: workload (P prefill, D decode pool), replica r, pipeline stage s, expert rank e; "
+                  "[dim]· idle[/dim], [red]x unavailable[/red]")
     for name, info in racks.items():
         rack_id = name.split("#")[0]
         if rack_filter and rack_filter not in (name, rack_id):
