@@ -19,9 +19,11 @@ from planner.architecture import ModelArch, kv_bytes_per_sequence, param_counts
 from planner.deployment import Layout, Precisions, ServingRole, layout_issues
 from planner.estimate import BatchTable, DeploymentInputs, evaluate_batches
 from planner.hardware import Overheads, RackType
+from planner.kv_cache import CacheUse, tiers_for
 from planner.links import default_replica_links
 from planner.problem import PrecisionSpec, ResolvedWorkload, resolve_precisions
 from planner.roofline import OverlapPolicy
+from planner.units import SECONDS_PER_HOUR
 
 __all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_s",
            "pareto_prune"]
@@ -64,6 +66,8 @@ class Candidate:
     spans_domains: bool  # a tensor or expert group crosses scale-up domains (its traffic at scale-out speed)
     notes: tuple[str, ...] = ()
     role: ServingRole = ServingRole.AGGREGATED
+    kv_tier: str | None = None  # where its prompt cache waits between requests (None: no prompt cache)
+    storage_usd_per_hour: float = 0.0  # holding that cache outside HBM (included in usd_per_hour)
     input_tokens_per_s: float = 0.0  # prompt tokens per second per replica it prefills (or, decoding, receives)
     kv_handoff_bytes: float = 0.0  # prompt KV cache one request carries from a prefill to a decode replica
     nic_bytes_per_s: float = 0.0  # the replica's scale-out bandwidth for that hand-off (achievable)
@@ -263,13 +267,15 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
         ttft_s=float(table.ttft_s[i]),
         decode_tokens_per_s=float(table.decode_tokens_per_s[i]),
         output_tokens_per_s=output_rate,
-        usd_per_hour=inp.rack.accelerator.price_usd_per_hour * inp.layout.n_accelerators,
+        usd_per_hour=inp.rack.accelerator.price_usd_per_hour * inp.layout.n_accelerators + float(table.storage_usd_per_s[i]) * SECONDS_PER_HOUR,
         hbm_fill_fraction=float(table.used_bytes[i] / table.capacity_bytes),
         dominant_term=max(step, key=step.__getitem__),
         batch_limit=reason,
         spans_domains=spans,
         notes=notes,
         role=inp.role,
+        kv_tier=None if inp.prefix_cache is None or inp.role is ServingRole.DECODE else inp.prefix_cache.tier.id,
+        storage_usd_per_hour=float(table.storage_usd_per_s[i]) * SECONDS_PER_HOUR,
         input_tokens_per_s=float(table.sustained_input_tokens_per_s[i]),
         kv_handoff_bytes=handoff[0],
         nic_bytes_per_s=handoff[1],
@@ -303,8 +309,7 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
                    layout.n_accelerators * accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction)
         reasons = []
         for role in workload.roles:
-            inp = replace(base, role=role)
-            found = _role_candidates(inp, workload, settings, spans, notes, handoff, analysis)
+            found = _cheapest_cache_option(replace(base, role=role), workload, settings, spans, notes, handoff, analysis)
             if isinstance(found, str):
                 reasons.append(found)
             else:
@@ -312,6 +317,31 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
         if len(reasons) == len(workload.roles):
             analysis.reject(reasons[0])
     return analysis
+
+
+def _cache_options(inp: DeploymentInputs, workload: ResolvedWorkload) -> list[CacheUse | None]:
+    """No prompt cache, or the workload's cache in each tier it allows on this accelerator."""
+    request = workload.prefix_cache
+    if request is None or inp.role is ServingRole.DECODE:
+        return [None]
+    tiers = [t for t in tiers_for(inp.rack.accelerator) if request.tier in ("auto", t.id)]
+    options = [CacheUse(request.hit_rate, request.prefix_tokens, request.retention_s, t) for t in tiers]
+    return ([None] if request.tier == "auto" else []) + options
+
+
+def _cheapest_cache_option(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
+                           notes: tuple[str, ...], handoff: tuple[float, float], analysis: RackAnalysis) -> list[Candidate] | str:
+    """The layout's candidates in one role with the cheapest place for its prompt cache: holding a
+    prefix costs its tier's price for the retention time, recomputing it costs prefill; the option
+    with the lowest cost per output token at its largest feasible batch wins."""
+    best, reasons = None, []
+    for option in _cache_options(inp, workload):
+        found = _role_candidates(replace(inp, prefix_cache=option), workload, settings, spans, notes, handoff, analysis)
+        if isinstance(found, str):
+            reasons.append(found)
+        elif best is None or found[0].usd_per_million_output_tokens < best[0].usd_per_million_output_tokens * (1 - 1e-12):
+            best = found
+    return best if best is not None else (reasons[0] if reasons else "hbm")
 
 
 def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,

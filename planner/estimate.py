@@ -20,9 +20,10 @@ from planner.architecture import (
     layer_windows,
     param_counts,
 )
-from planner.cost import usd_per_million_tokens, usd_per_s
+from planner.cost import usd_per_million_tokens
 from planner.deployment import Layout, Precisions, ServingRole
 from planner.hardware import Overheads, RackType
+from planner.kv_cache import CacheUse, cached_bytes, reload_s
 from planner.links import (
     EffectiveLinks,
     ReplicaLinks,
@@ -77,11 +78,14 @@ class DeploymentInputs:
     expert_imbalance: float = 1.0  # hottest expert-parallel rank's load over the mean (from the expert placement)
     redundant_experts_per_rank: int = 0  # extra expert copies each expert-parallel rank holds
     role: ServingRole = ServingRole.AGGREGATED
+    prefix_cache: CacheUse | None = None  # prompt caching in a KV tier (claim 9)
 
     @property
     def prefilled_tokens(self) -> float:
-        """Prompt tokens a request needs computed (all of them without a prefix cache)."""
-        return float(self.input_tokens)
+        """Prompt tokens a request needs computed on average: cache hits skip their prefix."""
+        if self.prefix_cache is None:
+            return float(self.input_tokens)
+        return self.input_tokens - self.prefix_cache.hit_rate * self.prefix_cache.prefix_tokens
 
     @property
     def expert_slot_factor(self) -> float:
@@ -110,6 +114,8 @@ class Estimate:
     sustained_output_tokens_per_s: float  # per replica in its role (an aggregated replica also prefills)
     sustained_input_tokens_per_s: float
     prefill_riders_per_step: float  # prompt tokens prefilled in each micro-batch step on each stage (aggregated)
+    prompt_cache_bytes_per_accelerator: float  # in the cache's tier (HBM: counted in `memory`)
+    storage_usd_per_hour: float  # holding the prompt cache outside HBM
     memory: MemoryUse
     expert_touch_fraction: float
     flops_per_s_effective: float
@@ -122,7 +128,8 @@ class Estimate:
 
     @property
     def usd_per_hour(self) -> float:
-        return self.inputs.rack.accelerator.price_usd_per_hour * self.n_accelerators
+        """The replica's accelerators plus any prompt cache held outside HBM."""
+        return self.inputs.rack.accelerator.price_usd_per_hour * self.n_accelerators + self.storage_usd_per_hour
 
     @property
     def output_tokens_per_s_per_accelerator(self) -> float:
@@ -157,7 +164,7 @@ class Estimate:
 
     @property
     def usd_per_request(self) -> float:
-        return usd_per_s(self.inputs.rack.accelerator.price_usd_per_hour, self.n_accelerators) * self.replica_seconds_per_request
+        return self.usd_per_hour / SECONDS_PER_HOUR * self.replica_seconds_per_request
 
     @property
     def fits(self) -> bool:
@@ -334,6 +341,10 @@ class BatchTable:
     decode_tokens_per_s: np.ndarray  # batch / pure decode TPOT
     serving_step: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # the role's step terms x pp (compute, weights, kv, comm)
     prefill_riders: np.ndarray  # prefill tokens per micro-batch step and stage (aggregated), else 0
+    cache_bytes: np.ndarray  # prompt-cache bytes per accelerator (in HBM for the hbm tier, else in its tier)
+    cache_in_hbm: bool
+    cache_fits: np.ndarray  # the prompt cache fits its tier
+    storage_usd_per_s: np.ndarray  # holding the prompt cache outside HBM, per replica
     touch: np.ndarray
     weights_bytes: np.ndarray
     kv_bytes: np.ndarray
@@ -348,11 +359,11 @@ class BatchTable:
 
     @property
     def used_bytes(self) -> np.ndarray:
-        return self.weights_bytes + self.kv_bytes + self.activations_bytes
+        return self.weights_bytes + self.kv_bytes + self.activations_bytes + (self.cache_bytes if self.cache_in_hbm else 0.0)
 
     @property
     def fits(self) -> np.ndarray:
-        return self.used_bytes <= self.capacity_bytes
+        return (self.used_bytes <= self.capacity_bytes) & self.cache_fits
 
     input_tokens: int
     output_tokens: int
@@ -373,6 +384,35 @@ class BatchTable:
         if self.role is ServingRole.PREFILL:
             return np.full_like(self.batches, self.prefill_tokens_per_s)
         return self.sustained_output_tokens_per_s * self.input_tokens / self.output_tokens
+
+
+def _prompt_cache(inp: DeploymentInputs, requests_per_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Per-accelerator bytes of the replica's prompt cache, whether they fit the tier, the cost of
+    holding them outside HBM, and whether they sit in HBM."""
+    zero = np.zeros_like(requests_per_s)
+    cache = inp.prefix_cache
+    if cache is None or inp.role is ServingRole.DECODE:
+        return zero, np.ones_like(requests_per_s, dtype=bool), zero, False
+    prefix_bytes = float(np.sum(kv_bytes_per_sequence(inp.arch, cache.prefix_tokens, inp.precisions.kv_bytes)))
+    held = cached_bytes(requests_per_s, cache.hit_rate, cache.retention_s, prefix_bytes)
+    per_accelerator = held / inp.layout.n_accelerators
+    if cache.tier.in_hbm:
+        return per_accelerator, np.ones_like(requests_per_s, dtype=bool), zero, True
+    # the tier must hold the entries and stream the hits back: hit_rate x requests/s x prefix bytes
+    reload_rate = requests_per_s * cache.hit_rate * prefix_bytes / inp.layout.n_accelerators
+    fits = (per_accelerator <= cache.tier.capacity_bytes_per_accelerator) & (reload_rate <= cache.tier.read_bytes_per_s_per_accelerator)
+    return per_accelerator, fits, held * cache.tier.usd_per_byte_s, False
+
+
+def _worst_prefill_latency(inp: DeploymentInputs, full_prompt_s: float) -> float:
+    """A miss prefills the whole prompt; a hit reloads its prefix from the tier and prefills the
+    rest. TTFT takes the slower of the two."""
+    cache = inp.prefix_cache
+    if cache is None or cache.hit_rate == 0:
+        return full_prompt_s
+    prefix_bytes = float(np.sum(kv_bytes_per_sequence(inp.arch, cache.prefix_tokens, inp.precisions.kv_bytes)))
+    hit = reload_s(prefix_bytes, inp.layout.n_accelerators, cache.tier) + full_prompt_s * (1 - cache.prefix_tokens / inp.input_tokens)
+    return max(full_prompt_s if cache.hit_rate < 1 else 0.0, hit)
 
 
 def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None) -> BatchTable:
@@ -414,11 +454,19 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     tpot = lay.pp * stage_time
     if inp.role is ServingRole.PREFILL:
         # a prompt waits for the one ahead of it, then runs its chunks through the stages
-        ttft = n_chunks * slowest_chunk.total_s + prefill_latency + 0.0 * batches
+        queue = n_chunks * slowest_chunk.total_s + 0.0 * batches
+        requests_per_s = np.full_like(batches, prefill_rate / inp.prefilled_tokens)
     elif inp.role is ServingRole.DECODE:
+        queue = 0.0 * batches
+        requests_per_s = batches / tpot / inp.output_tokens
+    else:
+        queue = WORST_CASE_QUEUE_DEPARTURES * stage_time
+        requests_per_s = batches / tpot / inp.output_tokens
+    cache_bytes, cache_fits, storage, cache_in_hbm = _prompt_cache(inp, requests_per_s)
+    if inp.role is ServingRole.DECODE:
         ttft = stage_time  # a request that arrives with its KV cache joins the next step
     else:
-        ttft = WORST_CASE_QUEUE_DEPARTURES * stage_time + prefill_latency
+        ttft = queue + _worst_prefill_latency(inp, prefill_latency)
     return BatchTable(
         batches=batches,
         compute_s=lay.pp * compute[rows, decode_slowest],
@@ -431,6 +479,10 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
         decode_tokens_per_s=batches / decode_tpot,
         serving_step=tuple(lay.pp * term[rows, slowest] for term in serving),
         prefill_riders=riders,
+        cache_bytes=cache_bytes,
+        cache_in_hbm=cache_in_hbm,
+        cache_fits=cache_fits,
+        storage_usd_per_s=storage,
         touch=touch,
         weights_bytes=weights_bytes,
         kv_bytes=kv_bytes,
@@ -477,6 +529,12 @@ def _assumptions(inp: DeploymentInputs, chunk: int, touch: float, flops_per_s: f
         f"{links.latency_s * 1e6:.0f} us fixed latency each"),
     ]
     notes.extend(inp.notes)
+    if inp.prefix_cache is not None and inp.role is not ServingRole.DECODE:
+        c = inp.prefix_cache
+        notes.append(f"prompt cache: {c.hit_rate:.0%} of requests find their first {c.prefix_tokens} tokens in {c.tier.name}, kept "
+                     f"{c.retention_s / 60:g} min after last use; misses write new entries (Little's law); hits reload at "
+                     f"{c.tier.read_bytes_per_s_per_accelerator / 1e9:g} GB/s per accelerator"
+                     + ("" if c.tier.in_hbm else f" and cost {c.tier.usd_per_byte_s * 1e9 * 3600:.3g} USD per GB-hour held"))
     if inp.arch.is_moe:
         notes.append(f"a decode step touches {touch:.1%} of each MoE layer's experts (1-(1-k/E)^b, routing independent per token)")
         notes.append(f"expert load: the hottest expert-parallel rank carries {inp.expert_imbalance:.3f}x the mean"
@@ -504,7 +562,10 @@ def estimate(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Estima
         sustained_output_tokens_per_s=float(t.sustained_output_tokens_per_s[0]),
         sustained_input_tokens_per_s=float(t.sustained_input_tokens_per_s[0]),
         prefill_riders_per_step=float(t.prefill_riders[0]),
-        memory=MemoryUse(float(t.weights_bytes[0]), float(t.kv_bytes[0]), float(t.activations_bytes[0]), t.capacity_bytes),
+        prompt_cache_bytes_per_accelerator=float(t.cache_bytes[0]),
+        storage_usd_per_hour=float(t.storage_usd_per_s[0]) * SECONDS_PER_HOUR,
+        memory=MemoryUse(float(t.weights_bytes[0]), float(t.kv_bytes[0]), float(t.activations_bytes[0]), t.capacity_bytes,
+                         float(t.cache_bytes[0]) if t.cache_in_hbm else 0.0),
         expert_touch_fraction=float(t.touch[0]),
         flops_per_s_effective=t.flops_per_s,
         hbm_bandwidth_bytes_per_s_effective=t.hbm_bandwidth_bytes_per_s,

@@ -82,6 +82,7 @@ class AcceleratorSpec(EdgeModel):
     scale_up_gb_per_s: float = Field(gt=0, description="scale-up (NVLink, ICI, xGMI) bandwidth per accelerator, per direction, GB/s")
     scale_out_gb_per_s: float = Field(gt=0, description="scale-out (NIC) bandwidth per accelerator, per direction, GB/s")
     host_memory_gb: float | None = Field(default=None, gt=0, description="host DRAM per accelerator, GB")
+    host_link_gb_per_s: float | None = Field(default=None, gt=0, description="accelerator-to-host link (PCIe, NVLink-C2C), GB/s per direction")
     price_usd_per_hour: float = Field(gt=0, description="rental price per accelerator-hour in USD (an estimate)")
     price_basis: str = Field(description="where the price comes from (provider, date, on-demand or reserved)")
     compute_fraction: dict[FlopsFormat, Fraction] | None = Field(
@@ -129,7 +130,7 @@ class AcceleratorSpec(EdgeModel):
         numeric = [
             name
             for name in ("hbm_capacity_gb", "hbm_bandwidth_tb_per_s", "dense_tflop_per_s", "scale_up_gb_per_s",
-                         "scale_out_gb_per_s", "host_memory_gb", "price_usd_per_hour", "compute_fraction")
+                         "scale_out_gb_per_s", "host_memory_gb", "host_link_gb_per_s", "price_usd_per_hour", "compute_fraction")
             if getattr(self, name) is not None
         ]
         missing = [name for name in numeric if name not in self.sources]
@@ -285,6 +286,7 @@ class Accelerator:
     scale_up_bandwidth_bytes_per_s: float
     scale_out_bandwidth_bytes_per_s: float
     host_memory_bytes: float | None
+    host_link_bytes_per_s: float | None
     price_usd_per_hour: float
     price_basis: str
     compute_fraction_by_format: Mapping[FlopsFormat, float]
@@ -437,6 +439,7 @@ def _accelerator_from_spec(spec: AcceleratorSpec, defaults: AchievableDefaults, 
         scale_up_bandwidth_bytes_per_s=spec.scale_up_gb_per_s * GB,
         scale_out_bandwidth_bytes_per_s=spec.scale_out_gb_per_s * GB,
         host_memory_bytes=None if spec.host_memory_gb is None else spec.host_memory_gb * GB,
+        host_link_bytes_per_s=None if spec.host_link_gb_per_s is None else spec.host_link_gb_per_s * GB,
         price_usd_per_hour=spec.price_usd_per_hour,
         price_basis=spec.price_basis,
         compute_fraction_by_format=compute_fraction,

@@ -28,10 +28,11 @@ class MemoryUse:
     kv_bytes: float
     activations_bytes: float  # activations, communication buffers and the runtime reserve
     capacity_bytes: float
+    prompt_cache_bytes: float = 0.0  # cached prefixes kept in HBM between requests
 
     @property
     def used_bytes(self) -> float:
-        return self.weights_bytes + self.kv_bytes + self.activations_bytes
+        return self.weights_bytes + self.kv_bytes + self.activations_bytes + self.prompt_cache_bytes
 
     @property
     def free_bytes(self) -> float:

@@ -68,6 +68,8 @@ def deployment_record(d: Deployment) -> dict:
         "usd_per_hour": d.usd_per_hour,
         "usd_per_million_output_tokens_all_in": c.usd_per_million_output_tokens,
         "batch_limit": c.batch_limit,
+        "kv_tier": c.kv_tier,
+        "prompt_cache_storage_usd_per_hour": d.replicas * c.storage_usd_per_hour,
         "kv_handoff_bytes_per_request": c.kv_handoff_bytes if c.role is not ServingRole.AGGREGATED else None,
         "kv_handoff_bytes_per_s_per_replica": c.nic_bytes_per_s if c.role is not ServingRole.AGGREGATED else None,
     }

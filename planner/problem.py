@@ -43,7 +43,7 @@ from planner.hardware import (
 from planner.model_catalog import ModelSpec, arch_from_spec, load_model_catalog
 from planner.precision import Precision, flops_format
 from planner.roofline import OverlapPolicy
-from planner.units import MS
+from planner.units import MS, SECONDS_PER_MINUTE
 
 __all__ = [
     "Objective",
@@ -190,6 +190,17 @@ class Demand(EdgeModel):
         return self
 
 
+class PrefixCacheSpec(EdgeModel):
+    """Prompt caching: a share of requests starts with a prefix whose KV cache is kept from an
+    earlier request (a system prompt, a document, the conversation so far)."""
+
+    hit_rate: float = Field(ge=0, le=1, description="share of requests whose prefix is found in the cache")
+    prefix_tokens: int | None = Field(default=None, ge=1, description="cached prompt tokens per request (default: the whole prompt)")
+    retention_minutes: float = Field(gt=0, le=100_000, description="how long an entry is kept after its last use, minutes")
+    tier: Literal["auto", "hbm", "host-dram", "local-flash", "remote-storage"] = Field(
+        default="auto", description="where cached KV waits; auto: the cheapest that fits, or none when recomputing is cheaper")
+
+
 class WorkloadSpec(EdgeModel):
     name: str = Field(description="workload name")
     model: str | None = Field(default=None, description="key of `models` (optional when there is one model)")
@@ -198,9 +209,17 @@ class WorkloadSpec(EdgeModel):
     demand: Demand | None = Field(default=None, description="traffic to serve; omit to minimise cost per token")
     ttft_limit_ms: float | None = Field(default=None, gt=0, description="time-to-first-token limit, milliseconds")
     tpot_limit_ms: float | None = Field(default=None, gt=0, description="time-per-output-token limit, milliseconds")
+    prefix_cache: PrefixCacheSpec | None = Field(default=None, description="prompt caching (claim 9); omit for none")
     serving: Literal["aggregated", "disaggregated", "auto"] = Field(
         default="aggregated", description="aggregated replicas (prefill rides in the decode steps), separate prefill and decode "
                                           "pools, or auto: the solver picks the cheaper and says by how much")
+
+    @model_validator(mode="after")
+    def _prefix_within_prompt(self) -> "WorkloadSpec":
+        if self.prefix_cache and self.prefix_cache.prefix_tokens and self.prefix_cache.prefix_tokens > self.input_tokens:
+            raise ValueError(f"prefix_cache.prefix_tokens {self.prefix_cache.prefix_tokens} exceeds input_tokens {self.input_tokens}"
+                             "\n    fix: the cached prefix is part of the prompt")
+        return self
 
     @field_validator("ttft_limit_ms", "tpot_limit_ms")
     @classmethod
@@ -281,6 +300,14 @@ class ResolvedModel:
 
 
 @dataclass(frozen=True)
+class PrefixCacheRequest:
+    hit_rate: float
+    prefix_tokens: int
+    retention_s: float
+    tier: str  # a tier id, or "auto"
+
+
+@dataclass(frozen=True)
 class ResolvedWorkload:
     name: str
     model_key: str
@@ -290,6 +317,7 @@ class ResolvedWorkload:
     ttft_limit_s: float | None
     tpot_limit_s: float | None
     serving: str = "aggregated"  # aggregated | disaggregated | auto
+    prefix_cache: "PrefixCacheRequest | None" = None
 
     @property
     def roles(self) -> tuple[ServingRole, ...]:
@@ -406,6 +434,9 @@ def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = 
             None if w.ttft_limit_ms is None else w.ttft_limit_ms * MS,
             None if w.tpot_limit_ms is None else w.tpot_limit_ms * MS,
             w.serving,
+            None if w.prefix_cache is None else PrefixCacheRequest(w.prefix_cache.hit_rate, w.prefix_cache.prefix_tokens or w.input_tokens,
+                                                                    w.prefix_cache.retention_minutes * SECONDS_PER_MINUTE,
+                                                                    w.prefix_cache.tier),
         ))
         arch = models.get(key)
         if arch is not None and w.input_tokens + w.output_tokens > arch.arch.max_context_tokens:

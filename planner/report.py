@@ -49,6 +49,10 @@ def estimate_record(e: Estimate) -> dict:
         "decode_only_tokens_per_s_per_replica": e.decode_tokens_per_s,
         "prefill_only_tokens_per_s_per_replica": e.prefill_tokens_per_s,
         "prefill_tokens_per_step": e.prefill_riders_per_step,
+        "prompt_cache": None if inp.prefix_cache is None else {
+            "tier": inp.prefix_cache.tier.id, "hit_rate": inp.prefix_cache.hit_rate, "prefix_tokens": inp.prefix_cache.prefix_tokens,
+            "retention_s": inp.prefix_cache.retention_s, "bytes_per_accelerator": e.prompt_cache_bytes_per_accelerator,
+            "storage_usd_per_hour": e.storage_usd_per_hour},
         "requests_per_s_per_replica": e.requests_per_s,
         "usd_per_hour_per_replica": e.usd_per_hour,
         "usd_per_million_output_tokens_all_in": e.usd_per_million_output_tokens_all_in,

@@ -26,6 +26,7 @@ from planner.candidates import (
 from planner.deployment import ServingRole
 from planner.estimate import DeploymentInputs, Estimate, estimate
 from planner.experts import ExpertPlacement, place_experts, synthetic_profile
+from planner.kv_cache import cache_use
 from planner.model_builder import (
     PlanningData,
     PlanVars,
@@ -378,7 +379,8 @@ def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int
                                   workload.output_tokens, c.precisions, resolved.hardware.overheads, problem.solver.overlap,
                                   problem.solver.prefill_chunk_tokens, c.notes,
                                   experts.imbalance if experts else 1.0,
-                                  problem.placement.redundant_experts_per_rank if experts else 0, c.role)
+                                  problem.placement.redundant_experts_per_rank if experts else 0, c.role,
+                                  cache_use(workload.prefix_cache, c.kv_tier, resolved.hardware.racks[c.rack_id].accelerator))
         deployments.append(Deployment(c, replicas, estimate(inputs), experts))
     return deployments
 

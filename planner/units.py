@@ -6,6 +6,7 @@ __all__ = [
     "GIB",
     "MS",
     "SECONDS_PER_HOUR",
+    "SECONDS_PER_MINUTE",
     "TB",
     "US",
     "format_bytes",
@@ -20,6 +21,7 @@ TB = 1e12  # bytes in a decimal terabyte
 MS = 1e-3  # seconds in a millisecond
 US = 1e-6  # seconds in a microsecond
 SECONDS_PER_HOUR = 3600.0
+SECONDS_PER_MINUTE = 60.0
 
 
 def format_bytes(n_bytes: float) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 from planner.architecture import kv_bytes_per_sequence
 from planner.deployment import Layout, Precisions, ServingRole, layout_issues
 from planner.estimate import DeploymentInputs, estimate
+from planner.kv_cache import cache_use
 from planner.precision import FlopsFormat, Precision
 from planner.problem import ResolvedProblem
 
@@ -74,7 +75,7 @@ def _inputs(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]
         out.append(Violation(f"{where}.role", f"{role} replicas, but workload {w.name} is served '{w.serving}'"))
     return DeploymentInputs(model.arch, rack, layout, int(d["batch_per_replica"]), w.input_tokens, w.output_tokens,
                             precisions, resolved.hardware.overheads, options.overlap, options.prefill_chunk_tokens, (),
-                            imbalance, redundant, role)
+                            imbalance, redundant, role, _cache(w, d, rack, where, out))
 
 
 def _expert_figures(resolved: ResolvedProblem, model, layout: Layout, emap: dict | None, where: str,
@@ -135,6 +136,23 @@ class _Checked:
     ttft_s: float
     handoff_bytes: float  # a request's prompt KV cache
     nic_bytes_per_s: float  # one replica's achievable scale-out bandwidth
+
+
+def _cache(w, d: dict, rack, where: str, out: list[Violation]):
+    """The prompt cache a plan entry says it uses, checked against the workload's request."""
+    tier = d.get("kv_tier")
+    if tier is None:
+        return None
+    if w.prefix_cache is None:
+        out.append(Violation(f"{where}.kv_tier", f"{tier!r}, but workload {w.name} declares no prefix_cache"))
+        return None
+    if w.prefix_cache.tier not in ("auto", tier):
+        out.append(Violation(f"{where}.kv_tier", f"{tier!r}, but the workload asks for {w.prefix_cache.tier!r}"))
+    try:
+        return cache_use(w.prefix_cache, tier, rack.accelerator)
+    except ValueError as exc:
+        out.append(Violation(f"{where}.kv_tier", str(exc)))
+        return None
 
 
 def _check_deployment(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]) -> _Checked | None:
@@ -325,10 +343,10 @@ def score_plan(resolved: ResolvedProblem, record: dict) -> PlanScore:
         if inp is None:
             continue
         replicas = int(d["replicas"])
-        usd += replicas * inp.layout.n_accelerators * inp.rack.accelerator.price_usd_per_hour
+        e = estimate(inp)
+        usd += replicas * e.usd_per_hour  # accelerators at catalog prices, plus a prompt cache held outside HBM
         accelerators += replicas * inp.layout.n_accelerators
         if inp.role is ServingRole.PREFILL:
             continue
-        e = estimate(inp)
         served[d["workload"]] = served.get(d["workload"], 0.0) + replicas * inp.output_tokens / e.replica_seconds_per_request
     return PlanScore(usd, accelerators, served)
