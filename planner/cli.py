@@ -327,6 +327,28 @@ def _cmd_curve(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _cmd_cache(args: argparse.Namespace, console: Console) -> int:
+    from planner.cache_report import cache_economics, cache_record, render_cache
+    from planner.solve import solve
+
+    path = resolve_problem_path(args.problem)
+    resolved = resolve_problem(load_problem(path), base_dir=path.parent, source=str(path))
+    with console.status("solving the problem for its deployments..."):
+        result = solve(resolved, time_limit_s=args.time_limit, explain=False)
+    if not result.has_plan:
+        console.print(f"[red]No plan ({result.status})[/red]: run `planner solve {args.problem}` to see why")
+        return EXIT_INFEASIBLE
+    names = [w.name for w in resolved.workloads]
+    if args.workload and args.workload not in names:
+        raise PlannerInputError(unknown_name_issue("--workload", "workload", args.workload, names))
+    items = [cache_economics(result, w) for w in names if not args.workload or w == args.workload]
+    render_cache(items, console)
+    if args.json:
+        _write_json(args.json, cache_record(items))
+        console.print(f"wrote {args.json}")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------
 # schema and catalog
 
@@ -491,6 +513,18 @@ def _add_sweeps(sub: argparse._SubParsersAction) -> None:
     curve.set_defaults(func=_cmd_curve)
 
 
+def _add_economics(sub: argparse._SubParsersAction) -> None:
+    cache = sub.add_parser("cache", help="prompt-caching economics: break-even retention per KV tier, hit discount",
+                           description="Solve the problem, then for each workload's deployment and each KV tier: the cost of "
+                                       "holding cached tokens, the retention beyond which recomputing is cheaper, reload time, "
+                                       "and the discount of a hit against a miss.")
+    cache.add_argument("problem", help="problem file, or the name of a bundled problem")
+    cache.add_argument("--workload", help="only this workload")
+    cache.add_argument("--time-limit", type=_positive(float), default=None, help="CP-SAT time limit, seconds")
+    cache.add_argument("--json", metavar="PATH", help="also write the figures as JSON (SI units)")
+    cache.set_defaults(func=_cmd_cache)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="planner", description="Plan LLM deployments on clusters and cost each token.")
     parser.add_argument("--version", action="version", version=f"planner {__version__}")
@@ -499,6 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_estimate(sub)
     _add_plan_commands(sub)
     _add_sweeps(sub)
+    _add_economics(sub)
     schema = sub.add_parser("schema", help="print the JSON Schema of problem files (or a Markdown reference)")
     schema.add_argument("--markdown", action="store_true", help="the field reference as Markdown tables (as in the README)")
     schema.add_argument("-o", "--output", help="write to a file instead of standard output")

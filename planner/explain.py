@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass, replace
 
 from planner.deployment import ServingRole
-from planner.units import format_rate, format_seconds, format_usd
+from planner.units import format_bytes, format_rate, format_seconds, format_usd
 
 __all__ = ["Alternative", "DeploymentExplanation", "PlanExplanation", "RackComparison", "explain_plan"]
 
@@ -79,6 +79,12 @@ def _deployment(result, d) -> DeploymentExplanation:
     what = "a prefill chunk" if prefill else "the decode step"
     dominant = f"{names[step.dominant_term]} dominates {what} ({share:.0%} of {format_seconds(step.total_s)}, {step.bound}-bound)"
     rack = c.rack_id if c.role is ServingRole.AGGREGATED else f"{c.rack_id} ({c.role})"
+    if c.kv_tier is not None:
+        held = e.prompt_cache_bytes_per_accelerator
+        dominant += (f"; its prompt cache ({format_bytes(held)} per accelerator) waits in {c.kv_tier}"
+                     + (f" for {format_usd(c.storage_usd_per_hour * d.replicas)}/h" if c.storage_usd_per_hour else ""))
+    elif w.prefix_cache is not None and c.role is not ServingRole.DECODE:
+        dominant += "; no prompt cache: recomputing the prefix is cheaper than holding it in any tier that fits"
     return DeploymentExplanation(c.workload, rack, binding, dominant)
 
 
