@@ -15,8 +15,20 @@ from rich.table import Table
 
 from planner.architecture import kv_bytes_per_sequence
 from planner.deployment import ServingRole
-from planner.kv_cache import KvTier, break_even_retention_s, hit_discount, reload_s, tiers_for
-from planner.units import SECONDS_PER_HOUR, SECONDS_PER_MINUTE, format_seconds, format_usd
+from planner.kv_cache import (
+    KvTier,
+    break_even_retention_s,
+    hit_discount,
+    reload_s,
+    tiers_for,
+)
+from planner.units import (
+    SECONDS_PER_HOUR,
+    SECONDS_PER_MINUTE,
+    format_duration,
+    format_seconds,
+    format_usd,
+)
 
 __all__ = ["CacheEconomics", "TierEconomics", "cache_economics", "cache_record", "render_cache"]
 
@@ -70,34 +82,24 @@ def cache_economics(result, workload: str) -> CacheEconomics:
                           tuple(tiers))
 
 
-def _duration(seconds: float) -> str:
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.1f} d"
-    if seconds >= 2 * SECONDS_PER_HOUR:
-        return f"{seconds / SECONDS_PER_HOUR:.1f} h"
-    if seconds >= 2 * SECONDS_PER_MINUTE:
-        return f"{seconds / SECONDS_PER_MINUTE:.1f} min"
-    return format_seconds(seconds)
-
-
 def render_cache(items: list[CacheEconomics], console: Console) -> None:
     for c in items:
         console.print(f"[bold]{escape(c.workload)}[/bold]: {c.model} on {c.rack_id} ({c.layout}); {c.kv_bytes_per_token:,.0f} B of KV "
                       f"per token; recomputing a prompt token costs {format_usd(c.recompute_usd_per_million_tokens)}/M (prefill alone)")
         table = Table(title_justify="left")
         for name in ("tier", "$/M tokens held 1 h", "break-even retention", f"reload {c.prefix_tokens:,} tokens",
-                     *(f"hit discount at {_duration(r)}" for r in c.retentions_s)):
+                     *(f"hit discount at {format_duration(r)}" for r in c.retentions_s)):
             table.add_column(name, justify="left" if name == "tier" else "right")
         for t in c.tiers:
-            table.add_row(t.tier.name, format_usd(t.usd_per_million_tokens_per_hour), _duration(t.break_even_s), format_seconds(t.reload_s),
+            table.add_row(t.tier.name, format_usd(t.usd_per_million_tokens_per_hour), format_duration(t.break_even_s), format_seconds(t.reload_s),
                           *(f"{x:,.1f}x" if x >= 1 else f"{x:.2f}x (recompute)" for x in t.discounts))
         console.print(table)
         for r in c.retentions_s:
             best = c.best_tier(r)
             if best is None:
-                console.print(f"  kept {_duration(r)}: recomputing beats every tier")
+                console.print(f"  kept {format_duration(r)}: recomputing beats every tier")
             else:
-                console.print(f"  kept {_duration(r)}: cheapest in {best.tier.name}; a hit costs "
+                console.print(f"  kept {format_duration(r)}: cheapest in {best.tier.name}; a hit costs "
                               f"{1 / best.discounts[c.retentions_s.index(r)]:.1%} of a miss (holding only; reload uses no accelerator time)")
 
 

@@ -349,6 +349,83 @@ def _cmd_cache(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _cmd_prices(args: argparse.Namespace, console: Console) -> int:
+    from planner.prices import load_price_sheet, read_prices
+
+    path = Path(args.sheet)
+    if not path.exists():
+        raise PlannerInputError(InputIssue("SHEET", f"{path} not found", "pass a price sheet YAML (see examples/prices/)"))
+    sheet = load_price_sheet(path)
+    reading = read_prices(sheet, model_id=args.model, accelerator_id=args.accelerator, precision=args.precision,
+                          active_params=args.active_params)
+    console.print(f"[bold]{sheet.provider}[/bold] (source: {sheet.source})", markup=True, highlight=False)
+    for line in reading.lines:
+        console.print(line, markup=False)
+    if args.json:
+        _write_json(args.json, {"provider": sheet.provider, "implied_kv_bytes_per_token": reading.implied_kv_bytes_per_token,
+                                "memory_bound_factor": reading.memory_bound_factor, "hit_discount": reading.hit_discount,
+                                "implied_tiers": [{"retention_s": r, "tier": t} for r, t in reading.implied_tiers],
+                                "working": list(reading.lines)})
+        console.print(f"wrote {args.json}")
+    return EXIT_OK
+
+
+def _cmd_lifecycle(args: argparse.Namespace, console: Console) -> int:
+    from planner.lifecycle import SECONDS_PER_DAY, TrainingLayout, lifecycle
+    from planner.precision import FlopsFormat
+    from planner.roofline import matmul_flops
+
+    hardware, models = load_hardware_catalog(), load_model_catalog()
+    if args.accelerator not in hardware.accelerators:
+        raise PlannerInputError(unknown_name_issue("--accelerator", "accelerator", args.accelerator, hardware.accelerators))
+    if args.active_params is None and args.model not in models:
+        raise PlannerInputError(unknown_name_issue("--model", "model", args.model, models))
+    n = args.active_params or param_counts(models[args.model]).active_matmul
+    accel = hardware.accelerators[args.accelerator]
+    fmt = FlopsFormat(args.precision)
+    if fmt not in accel.dense_flops_per_s:
+        raise PlannerInputError(InputIssue("--precision", f"{accel.id} has no {fmt} tensor cores", f"use one of {', '.join(accel.dense_flops_per_s)}"))
+    flops_per_s = accel.dense_flops_per_s[fmt] * accel.compute_fraction_by_format[fmt]
+    training = TrainingLayout(accel.id, args.training_accelerators, flops_per_s, accel.price_usd_per_hour, args.pp, args.micro_batches)
+    if args.problem:
+        from planner.solve import solve
+
+        path = resolve_problem_path(args.problem)
+        resolved = resolve_problem(load_problem(path), base_dir=path.parent, source=str(path))
+        result = solve(resolved, explain=False)
+        if not result.has_plan:
+            console.print(f"[red]No plan for {args.problem} ({result.status})[/red]")
+            return EXIT_INFEASIBLE
+        w = resolved.workloads[0].name
+        per_token = result.workload_usd_per_million_output_tokens(w) / 1e6
+        basis = f"the plan of {path.stem}, workload {w}"
+    elif args.inference_usd_per_million is not None:
+        per_token, basis = args.inference_usd_per_million / 1e6, "given"
+    else:
+        per_token = float(matmul_flops(n, 1)) / flops_per_s * accel.price_usd_per_hour / 3600
+        basis = f"compute-bound lower bound on {accel.id}; pass --problem for a planned cost"
+    result = lifecycle(n, args.serving_tokens_per_s, args.lifetime_days * SECONDS_PER_DAY, per_token, training,
+                       args.rl_flops_per_token, args.pretrain_tokens, basis)
+    console.print(f"[bold]Lifecycle of a {n / 1e9:.0f}B-active-parameter model[/bold] (claim 11)")
+    for line in result.lines:
+        console.print(f"  - {line}", markup=False)
+    if args.json:
+        _write_json(args.json, {"active_params": n, "inference_tokens": result.inference_tokens,
+                                "pretrain_tokens_equal_flops": result.pretrain_tokens_equal_flops,
+                                "pretrain_tokens_equal_cost": result.pretrain_tokens_equal_cost,
+                                "rl_tokens_equal_flops": result.rl_tokens_equal_flops, "chinchilla_tokens": result.chinchilla_tokens,
+                                "pipeline_bubble": training.bubble, "working": list(result.lines)})
+        console.print(f"wrote {args.json}")
+    return EXIT_OK
+
+
+def _rl_factor(text: str) -> float:
+    value = float(text)
+    if not 2.0 <= value <= 6.0:
+        raise argparse.ArgumentTypeError(f"RL costs 2 (rollouts only) to 6 (backward on every rollout) FLOPs per parameter and token, got {text}")
+    return value
+
+
 # ---------------------------------------------------------------------------------------------
 # schema and catalog
 
@@ -523,6 +600,35 @@ def _add_economics(sub: argparse._SubParsersAction) -> None:
     cache.add_argument("--time-limit", type=_positive(float), default=None, help="CP-SAT time limit, seconds")
     cache.add_argument("--json", metavar="PATH", help="also write the figures as JSON (SI units)")
     cache.set_defaults(func=_cmd_cache)
+    prices = sub.add_parser("prices", help="read a provider's prices backwards: KV bytes per token, memory-boundness, cache tiers",
+                            description="From public prices (input, output, cached input, a long-context step, cache-write "
+                                        "retentions) infer what they imply under the roofline, with the working shown.")
+    prices.add_argument("sheet", help="price sheet YAML (examples/prices/ has two)")
+    prices.add_argument("--model", default="deepseek-v3", help="model whose active parameters and KV format to assume (default deepseek-v3)")
+    prices.add_argument("--active-params", type=_positive(float), default=None, help="assume this many active parameters instead")
+    prices.add_argument("--accelerator", default="gb200", help="accelerator whose F, BW and price to assume (default gb200)")
+    prices.add_argument("--precision", default="bf16", choices=["bf16", "fp8", "fp4"], help="matched precision of F and the KV (default bf16)")
+    prices.add_argument("--json", metavar="PATH", help="also write the reading as JSON")
+    prices.set_defaults(func=_cmd_prices)
+    life = sub.add_parser("lifecycle", help="pre-training, RL and inference over a model's life, and how far past Chinchilla",
+                          description="Compute and cost of pre-training (6ND), RL (2-6ND) and inference (2ND) for a model, a "
+                                      "serving rate and a lifetime; the token counts where they balance, the Chinchilla ratio, "
+                                      "and the pipeline bubble of the training layout.")
+    life.add_argument("--model", default="deepseek-v3", help="catalog model for the active parameters (default deepseek-v3)")
+    life.add_argument("--active-params", type=_positive(float), default=None, help="active parameters instead of a catalog model")
+    life.add_argument("--serving-tokens-per-s", type=_positive(float), default=5e7, help="tokens served per second (default 5e7, the lecture's frontier scale)")
+    life.add_argument("--lifetime-days", type=_positive(float), default=60, help="days the model serves (default 60)")
+    life.add_argument("--pretrain-tokens", type=_positive(float), default=None, help="compare with an actual pre-training token count")
+    life.add_argument("--rl-flops-per-token", type=_rl_factor, default=4.0, help="RL FLOPs per parameter and token, 2-6 (default 4)")
+    life.add_argument("--problem", help="price inference tokens with this problem's plan (its first workload)")
+    life.add_argument("--inference-usd-per-million", type=_positive(float), default=None, help="or give the inference cost per million tokens")
+    life.add_argument("--accelerator", default="gb200", help="training accelerator (default gb200)")
+    life.add_argument("--precision", default="bf16", choices=["bf16", "fp8", "fp4"], help="training matmul format (default bf16)")
+    life.add_argument("--training-accelerators", type=_positive(int), default=8192, help="accelerators training (default 8192)")
+    life.add_argument("--pp", type=_positive(int), default=8, help="pipeline stages of the training layout (default 8)")
+    life.add_argument("--micro-batches", type=_positive(int), default=32, help="micro-batches per training step (default 32)")
+    life.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    life.set_defaults(func=_cmd_lifecycle)
 
 
 def build_parser() -> argparse.ArgumentParser:

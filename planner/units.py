@@ -10,6 +10,7 @@ __all__ = [
     "TB",
     "US",
     "format_bytes",
+    "format_duration",
     "format_rate",
     "format_seconds",
     "format_usd",
@@ -51,3 +52,14 @@ def format_rate(per_s: float) -> str:
 
 def format_usd(usd: float) -> str:
     return f"${usd:,.4g}" if abs(usd) < 1000 else f"${usd:,.0f}"
+
+
+def format_duration(seconds: float) -> str:
+    """Long durations in the unit that reads best: 2.7 min, 9.8 h, 3.2 d; short ones as format_seconds."""
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} d"
+    if seconds >= 2 * SECONDS_PER_HOUR:
+        return f"{seconds / SECONDS_PER_HOUR:.1f} h"
+    if seconds >= 2 * SECONDS_PER_MINUTE:
+        return f"{seconds / SECONDS_PER_MINUTE:.1f} min"
+    return format_seconds(seconds)
