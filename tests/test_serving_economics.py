@@ -7,6 +7,7 @@ topologies/kv_tiers.yaml (OpenCost's GCP N2 memory rate 0.004237 USD per GiB-hou
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +17,12 @@ from planner.cache_report import cache_economics
 from planner.cli import main
 from planner.deployment import ServingRole
 from planner.export import export_plan
-from planner.kv_cache import break_even_retention_s, cached_bytes, hit_discount, tiers_for
+from planner.kv_cache import (
+    break_even_retention_s,
+    cached_bytes,
+    hit_discount,
+    tiers_for,
+)
 from planner.paths import data_dir
 from planner.plan_report import solve_record
 from planner.problem import load_problem, parse_problem, resolve_problem
@@ -27,6 +33,7 @@ L, D, FFN, VOCAB = 32, 4096, 14336, 128256
 PER_LAYER = D * 32 * 128 + 2 * D * 8 * 128 + 32 * 128 * D + 3 * D * FFN + 2 * D
 F_EFF = 989.5e12 * 0.803
 KV_PER_TOKEN = 131_072  # Llama 3.1 8B, bf16
+EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 def _solved(name):
@@ -158,3 +165,82 @@ def test_disaggregated_exports_name_the_transfer_flags():
     trt = export_plan(record, "trtllm")
     assert "cache_transceiver_config:" in trt and "trtllm-serve disaggregated -c disagg_config_summarise.yaml" in trt
     assert "context_servers:" in trt and "generation_servers:" in trt
+
+
+# ---------------------------------------------------------------------------------------------
+# reading prices backwards (claims 7 and 8) and the lifecycle (claim 11)
+
+
+def _sheet(name):
+    from planner.prices import load_price_sheet
+
+    return load_price_sheet(EXAMPLES / "prices" / f"{name}.yaml")
+
+
+def test_claim_7_read_backwards_a_200k_price_step_means_about_2_kb_per_token():
+    """Gemini 2.5 Pro doubles its input price past 200K tokens. If KV fetch overtakes compute there,
+    S* = 2 N_active BW / (F kv) with F/BW = 2,500 TFLOP/s / 8 TB/s = 312.5 (GB200, bf16) and the
+    lecture's ~100B active parameters gives kv = 2e11 / (312.5 x 2e5) = 3,200 bytes per token:
+    about 2-3 KB, a cache far smaller than a plain GQA model's (DeepSeek-V3's MLA: 70 KB in bf16)."""
+    from planner.prices import read_prices
+    from planner.roofline import kv_compute_crossover_context_tokens
+
+    reading = read_prices(_sheet("gemini-2.5-pro"), accelerator_id="gb200", precision="bf16", active_params=1e11)
+    assert reading.implied_kv_bytes_per_token == pytest.approx(2e11 / (2500 / 8 * 2e5))
+    assert 1500 < reading.implied_kv_bytes_per_token < 4000
+    # forwards again: that KV size puts the crossover back at 200K tokens
+    assert kv_compute_crossover_context_tokens(1e11, 8e12, 2500e12, reading.implied_kv_bytes_per_token) == pytest.approx(2e5)
+
+
+def test_claim_8_read_backwards_output_five_times_input_means_memory_bound():
+    """Claude Sonnet: $15 output vs $3 input. A decode token then occupies 5x a prefill token's
+    accelerator time: decode runs near 1/5 of the compute roofline."""
+    from planner.prices import read_prices
+
+    reading = read_prices(_sheet("claude-sonnet"))
+    assert reading.memory_bound_factor == pytest.approx(5.0)
+    assert any("memory-bound by about 5.0x" in line for line in reading.lines)
+    assert reading.hit_discount == pytest.approx(10.0)  # claim 9: $0.30 vs $3
+
+
+def test_claim_9_read_backwards_five_minutes_in_dram_an_hour_in_flash():
+    """Cache writes kept 5 minutes and 1 hour. At roofline cost (100B active parameters on GB200:
+    2e11 FLOPs / (2,500 TFLOP/s x 0.729) x $4.50/h = $1.37e-7 per token) and DeepSeek-V3's 70 KB
+    per token, HBM breaks even after 4.8 min, host DRAM after 30 min, flash after 18 h: a 5-minute
+    option fits host DRAM (HBM is already dearer), a 1-hour option fits flash."""
+    from planner.prices import read_prices
+
+    reading = read_prices(_sheet("claude-sonnet"), active_params=1e11)
+    assert dict(reading.implied_tiers) == {300.0: "host-dram", 3600.0: "local-flash"}
+
+
+def test_claim_11_inference_balances_pretraining_about_100x_past_chinchilla():
+    """50M tokens/s for 60 days = 2.592e14 inference tokens. Equal FLOPs (6 N D_pre = 2 N D_inf)
+    gives D_pre = 8.64e13; for ~100B active parameters Chinchilla-optimal is 2e12, so 43x; for
+    DeepSeek-V3's 37B active, 118x. The pipeline bubble of PP8 with 32 micro-batches is 7/39."""
+    from planner.lifecycle import TrainingLayout, lifecycle, pipeline_bubble_fraction
+
+    assert pipeline_bubble_fraction(8, 32) == pytest.approx(7 / 39)
+    layout = TrainingLayout("gb200", 8192, 2500e12 * 0.729, 4.5, 8, 32)
+    frontier = lifecycle(1e11, 5e7, 60 * 86400, 2e-7, layout)
+    assert frontier.inference_tokens == pytest.approx(2.592e14)
+    assert frontier.pretrain_tokens_equal_flops == pytest.approx(8.64e13)
+    assert frontier.pretrain_tokens_equal_flops / frontier.chinchilla_tokens == pytest.approx(43.2)
+    assert frontier.rl_tokens_equal_flops == pytest.approx(2 * 2.592e14 / 4)
+    # equal cost: the inference bill (2.592e14 x $2e-7) over a training token's cost (6e11 FLOPs at
+    # 1.82 PFLOP/s x (1 - 7/39) on one GPU at $4.50/h)
+    train_token = 6e11 / (2500e12 * 0.729 * (1 - 7 / 39)) * 4.5 / 3600
+    assert frontier.pretrain_tokens_equal_cost == pytest.approx(2.592e14 * 2e-7 / train_token)
+    deepseek = lifecycle(36.62e9, 5e7, 60 * 86400, 2e-7, layout)
+    assert 80 < deepseek.pretrain_tokens_equal_flops / deepseek.chinchilla_tokens < 150  # "~100x"
+
+
+def test_prices_and_lifecycle_commands(capsys):
+    sheet = str(EXAMPLES / "prices" / "gemini-2.5-pro.yaml")
+    assert main(["prices", sheet, "--active-params", "1e11"]) == 0
+    assert "bytes per token" in capsys.readouterr().out
+    assert main(["lifecycle", "--active-params", "1e11", "--pretrain-tokens", "1.5e14"]) == 0
+    assert "Chinchilla-optimal" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["lifecycle", "--rl-flops-per-token", "9"])
+    assert "2 (rollouts only) to 6" in capsys.readouterr().err
