@@ -1,6 +1,9 @@
 """Claim 7: long context is a memory-bandwidth wall. KV fetch overtakes compute at
-S* = 2 N_active BW_hbm / (F kv), whatever the batch.
+S* = 2 N_active BW_hbm / (F kv), whatever the batch. Read backwards, a provider's price step at
+~200K tokens implies a KV cache of about 2 KB per token.
 """
+
+from pathlib import Path
 
 from common import parse_args, row
 
@@ -8,6 +11,7 @@ from planner.architecture import kv_bytes_per_token, param_counts
 from planner.charts import plt
 from planner.hardware import load_hardware_catalog
 from planner.model_catalog import load_model_catalog
+from planner.prices import load_price_sheet, read_prices
 from planner.quick import evaluate
 from planner.roofline import kv_compute_crossover_context_tokens
 
@@ -56,3 +60,9 @@ s_star = kv_compute_crossover_context_tokens(param_counts(arch).active_matmul, h
                                              h100.dense_flops_per_s["bf16"], kv_bytes_per_token(arch, 2.0))
 print(f"claim 7: for Llama 3.1 70B on H100 KV fetch overtakes compute near S* = {s_star:,.0f} tokens (peak rates); "
       "the roofline crosses " + " and ".join(f"between {lo:,} and {hi:,} tokens at batch {b}" for b, (lo, hi) in crossings.items()))
+
+# backwards: Gemini 2.5 Pro doubles its input price past 200K tokens (examples/prices/gemini-2.5-pro.yaml)
+reading = read_prices(load_price_sheet(Path(__file__).parent / "prices" / "gemini-2.5-pro.yaml"), active_params=1e11)
+print(reading.lines[1])
+print(f"claim 7 (backwards): a price step at 200K tokens implies {reading.implied_kv_bytes_per_token:,.0f} bytes of KV per token "
+      "for a 100B-active model on GB200 (lecture: about 2 KB)")

@@ -2,8 +2,11 @@
 ~5x input tokens.
 """
 
+from pathlib import Path
+
 from common import parse_args, row
 
+from planner.prices import load_price_sheet, read_prices
 from planner.quick import evaluate
 
 parse_args(__doc__)
@@ -18,3 +21,7 @@ for model, rack, batch, tp, extra in cases:
     print(row(f"{model} on {rack}", e.decode_step.bound, e.prefill_chunk_step.bound, f"{e.usd_per_million_input_tokens:.3f}",
               f"{e.usd_per_million_output_tokens:.3f}", f"{ratio:.1f}x", widths=[34, 10, 10, 10, 10, 8]))
 print(f"claim 8: output tokens cost {min(ratios):.1f}-{max(ratios):.1f}x input tokens (lecture: ~5x)")
+
+# backwards: Claude Sonnet's $15 output / $3 input (examples/prices/claude-sonnet.yaml)
+reading = read_prices(load_price_sheet(Path(__file__).parent / "prices" / "claude-sonnet.yaml"))
+print(next(line for line in reading.lines if line.startswith("2.")))

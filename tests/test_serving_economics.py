@@ -137,7 +137,7 @@ def test_the_solver_picks_the_serving_mode_and_says_by_how_much(name, split):
 
 
 def test_pair_ttft_by_hand_and_checked():
-    resolved, result = _solved("disaggregation-wins-long-prompts")
+    _, result = _solved("disaggregation-wins-long-prompts")
     p = next(d for d in result.deployments if d.candidate.role is ServingRole.PREFILL)
     q = next(d for d in result.deployments if d.candidate.role is ServingRole.DECODE)
     # 16,384 prompt tokens of fp8 KV for Llama 3.1 70B: 80 layers x 8 KV heads x 128 x 2 (K, V) bytes
