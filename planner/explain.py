@@ -9,6 +9,10 @@ from planner.units import format_bytes, format_rate, format_seconds, format_usd
 
 __all__ = ["Alternative", "DeploymentExplanation", "PlanExplanation", "RackComparison", "explain_plan"]
 
+# Objectives closer than this are ties: above the micro-dollar rounding of CP-SAT's integer objective
+# (model_builder.USD_RESOLUTION on costs of cents and up), below any difference worth reporting.
+TIE_FRACTION = 1e-5
+
 LIMIT_SENTENCES = {
     "hbm": "HBM capacity binds: batch {batch} is the largest whose weights, KV cache and activations fit",
     "tpot": "the TPOT limit binds: batch {batch} is the largest that decodes within {limit}",
@@ -44,6 +48,11 @@ class Alternative:
     delta_fraction: float | None
     reason: str
 
+    @property
+    def ties(self) -> bool:
+        """Within the solver's objective resolution of the plan (the integer units of the CP-SAT objective)."""
+        return self.delta_fraction is not None and abs(self.delta_fraction) < TIE_FRACTION
+
 
 @dataclass(frozen=True)
 class PlanExplanation:
@@ -61,7 +70,10 @@ class PlanExplanation:
                            f"tokens ({r.relative_to_chosen:.2f}x the plan's blended cost for {r.workload})")
             else:
                 out.append(f"{r.workload} on {r.rack}: {r.best}")
-        if self.alternative is not None:
+        if self.alternative is not None and self.alternative.ties:
+            out.append(f"an equally good alternative: {self.alternative.description} ({self.alternative.reason}); the plan is "
+                       "the canonical choice among ties (fewer deployments, then catalog order, then fewer replicas)")
+        elif self.alternative is not None:
             out.append(f"best rejected alternative: {self.alternative.description} ({self.alternative.reason})")
         return out
 
@@ -207,6 +219,8 @@ def _alternative(result, time_limit_s: float, seed: int, workers: int) -> Altern
     delta = (raw.objective - base) / abs(base) if base else math.inf
     unit = result.stats.objective_unit
     reason = f"objective {raw.objective:.6g} {unit} vs {base:.6g}, {delta:+.1%}"
+    if abs(delta) < TIE_FRACTION:
+        reason = f"the same objective, {base:.6g} {unit}"
     return Alternative("; ".join(picked), raw.objective, delta, reason)
 
 

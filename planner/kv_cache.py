@@ -49,6 +49,8 @@ class TierSpec(EdgeModel):
     capacity_gb_per_accelerator: float | None = Field(default=None, gt=0)
     read_bandwidth: Literal["hbm", "host_link", "scale_out"] | None = None
     read_gb_per_s_per_accelerator: float | None = Field(default=None, gt=0)
+    read_fraction: float | None = Field(default=None, gt=0, le=1)  # of the link named by read_bandwidth, when measured
+    first_byte_latency_ms: float = Field(default=0.0, ge=0)  # paid once per reload, before the bytes flow
     cost: Literal["accelerator_rental"] | None = None
     usd_per_gb_month: float | None = Field(default=None, gt=0)
     sources: dict[str, str] = Field(default_factory=dict)
@@ -59,8 +61,12 @@ class TierSpec(EdgeModel):
                      ("cost", "usd_per_gb_month")):
             if (getattr(self, a) is None) == (getattr(self, b) is None):
                 raise ValueError(f"give exactly one of {a} and {b}\n    fix: keep one")
-        missing = [n for n in ("capacity_gb_per_accelerator", "read_gb_per_s_per_accelerator", "usd_per_gb_month")
+        if self.read_fraction is not None and self.read_bandwidth is None:
+            raise ValueError("read_fraction is a fraction of a named link\n    fix: give read_bandwidth, or fold it into read_gb_per_s_per_accelerator")
+        missing = [n for n in ("capacity_gb_per_accelerator", "read_gb_per_s_per_accelerator", "read_fraction", "usd_per_gb_month")
                    if getattr(self, n) is not None and n not in self.sources]
+        if self.first_byte_latency_ms > 0 and "first_byte_latency_ms" not in self.sources:
+            missing.append("first_byte_latency_ms")
         if missing:
             raise ValueError(f"numbers without a source: {', '.join(missing)}\n    fix: add sources with keys from topologies/sources.yaml")
         return self
@@ -90,6 +96,7 @@ class KvTier:
     read_bytes_per_s_per_accelerator: float
     usd_per_byte_s: float
     in_hbm: bool
+    first_byte_latency_s: float = 0.0
 
 
 def tiers_for(accel: Accelerator) -> tuple[KvTier, ...]:
@@ -99,16 +106,21 @@ def tiers_for(accel: Accelerator) -> tuple[KvTier, ...]:
     for spec in load_tier_specs():
         capacity = {"hbm_free": accel.hbm_capacity_bytes, "host_memory": accel.host_memory_bytes, "unlimited": math.inf}.get(
             spec.capacity or "", None if spec.capacity_gb_per_accelerator is None else spec.capacity_gb_per_accelerator * GB)
-        bandwidth = {"hbm": accel.hbm_bandwidth_bytes_per_s * accel.hbm_bandwidth_fraction, "host_link": accel.host_link_bytes_per_s,
-                     "scale_out": accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction}.get(
-            spec.read_bandwidth or "", None if spec.read_gb_per_s_per_accelerator is None else spec.read_gb_per_s_per_accelerator * GB)
+        # a link named by the tier runs at the tier's measured fraction, else at the accelerator's own
+        links = {"hbm": (accel.hbm_bandwidth_bytes_per_s, accel.hbm_bandwidth_fraction), "host_link": (accel.host_link_bytes_per_s, 1.0),
+                 "scale_out": (accel.scale_out_bandwidth_bytes_per_s, accel.scale_out_bandwidth_fraction)}
+        if spec.read_bandwidth is not None:
+            peak, fraction = links[spec.read_bandwidth]
+            bandwidth = None if peak is None else peak * (spec.read_fraction or fraction)
+        else:
+            bandwidth = spec.read_gb_per_s_per_accelerator * GB
         if capacity is None or bandwidth is None:
             continue
         if spec.cost == "accelerator_rental":
             cost = accel.price_usd_per_hour / SECONDS_PER_HOUR / accel.hbm_capacity_bytes
         else:
             cost = spec.usd_per_gb_month / GB / (HOURS_PER_MONTH * SECONDS_PER_HOUR)
-        out.append(KvTier(spec.id, spec.name, capacity, bandwidth, cost, spec.capacity == "hbm_free"))
+        out.append(KvTier(spec.id, spec.name, capacity, bandwidth, cost, spec.capacity == "hbm_free", spec.first_byte_latency_ms / 1e3))
     return tuple(out)
 
 
@@ -130,9 +142,11 @@ def cached_bytes(requests_per_s, hit_rate: float, retention_s: float, prefix_byt
 
 
 def reload_s(prefix_bytes: float, n_accelerators: int, tier: KvTier) -> float:
-    """Time to read a cached prefix back into HBM, spread over the replica's accelerators (zero when
-    it never left HBM)."""
-    return 0.0 if tier.in_hbm else prefix_bytes / (n_accelerators * tier.read_bytes_per_s_per_accelerator)
+    """Time to read a cached prefix back into HBM: the tier's first-byte latency, then the bytes spread
+    over the replica's accelerators (zero when it never left HBM)."""
+    if tier.in_hbm:
+        return 0.0
+    return tier.first_byte_latency_s + prefix_bytes / (n_accelerators * tier.read_bytes_per_s_per_accelerator)
 
 
 def break_even_retention_s(kv_bytes_per_token: float, usd_per_byte_s: float, recompute_usd_per_token: float) -> float:

@@ -88,6 +88,21 @@ def test_claim_9_minutes_in_memory_an_hour_in_flash(agent):
     assert econ.best_tier(3600).tier.id in ("local-flash", "remote-storage")  # an hour does not pay in HBM or DRAM
 
 
+
+def test_claim_9_reload_times_by_hand(hw):
+    """A 30,720-token DeepSeek-V3 prefix (35,136 B of fp8 KV per token: 1.079 GB) back into the HBM
+    of four GB200s: from host DRAM over NVLink-C2C at 450 GB/s per GPU; from local flash at one
+    6.6 GB/s NVMe drive per GPU; from remote object storage at 0.64 of a 50 GB/s NIC (S3 throughput
+    measured on a 100 Gb/s instance) after a 50 ms first byte."""
+    from planner.kv_cache import reload_s
+
+    prefix = 30720 * 35136
+    tiers = {t.id: t for t in tiers_for(hw.accelerators["gb200"])}
+    assert reload_s(prefix, 4, tiers["hbm"]) == 0.0
+    assert reload_s(prefix, 4, tiers["host-dram"]) == pytest.approx(prefix / (4 * 450e9))  # 0.60 ms
+    assert reload_s(prefix, 4, tiers["local-flash"]) == pytest.approx(prefix / (4 * 6.6e9))  # 40.9 ms
+    assert reload_s(prefix, 4, tiers["remote-storage"]) == pytest.approx(0.050 + prefix / (4 * 0.64 * 50e9))  # 58.4 ms
+
 def test_prompt_cache_in_the_plan(agent):
     resolved, result = agent
     record = solve_record(result)

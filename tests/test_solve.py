@@ -96,6 +96,16 @@ def test_explanations_name_binding_limits_dominant_terms_and_the_runner_up(solve
     assert alternative is not None and alternative.delta_fraction >= 0.0  # the plan was optimal
 
 
+
+def test_a_tied_runner_up_is_reported_as_a_tie_not_a_rejection(solved):
+    """Two decode replicas at TP4 and one at TP8 use the same 8 H100s next to the same prefill pool,
+    so the summarise plan has an equally cheap twin; the explanation must not call it rejected."""
+    _, result = solved["disaggregation-wins-long-prompts"]
+    alternative = result.explanation.alternative
+    assert alternative is not None and alternative.ties
+    line = next(line for line in result.explanation.lines() if "alternative" in line)
+    assert line.startswith("an equally good alternative") and "canonical choice among ties" in line
+
 def test_infeasible_demand_against_racks_names_both_with_numbers():
     _, result = _solve(data_dir("problems") / "infeasible-llama-3.1-70b-demand.yaml")
     assert result.status == "INFEASIBLE" and not result.deployments
