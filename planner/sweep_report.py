@@ -50,6 +50,12 @@ def render_compare(rows: list[CompareRow], console: Console, title: str) -> None
             console.print(f"{escape(w)}: cheapest on {best.rack_id} ({format_usd(best.usd_per_million_output_tokens)}/M output tokens); "
                           f"the dearest, {worst.rack_id}, costs {worst.usd_per_million_output_tokens / best.usd_per_million_output_tokens:.1f}x "
                           "as much per token")
+            demand = mine[0].demand_output_tokens_per_s
+            fleet = min(mine, key=lambda r: r.usd_per_hour)
+            if demand is not None and fleet is not best:
+                console.print(f"{escape(w)}: for its demand of {format_rate(demand)} output tokens the cheapest fleet is on {fleet.rack_id} "
+                              f"({format_usd(fleet.usd_per_hour)}/h against {format_usd(best.usd_per_hour)}/h on {best.rack_id}): whole "
+                              "replicas round the demand up, and a small replica that just covers it beats a cheaper-per-token large one")
     console.print("Prices are catalog estimates (`planner catalog accelerators`); override them in the problem file.")
 
 

@@ -78,6 +78,7 @@ class CompareRow:
     binding: str  # what stopped the batch growing (hbm, tpot, ttft, max_batch)
     dominant: str  # the dominant roofline term of the decode step
     note: str = ""  # why there is no plan
+    demand_output_tokens_per_s: float | None = None  # the fleet is sized for this; None = cost per token of one replica
 
 
 def _single_rack_problem(problem: Problem, rack_id: str, count: int | None) -> Problem:
@@ -103,7 +104,8 @@ def _rows_of(result: SolveResult, rack_id: str) -> list[CompareRow]:
             if result.infeasibility is not None and result.infeasibility.conflicts:
                 lines = [line.strip() for line in result.infeasibility.conflicts[0].message.splitlines()]
                 note = " ".join(lines[1:] if len(lines) > 1 and lines[0].endswith(":") else lines)
-            rows.append(CompareRow(rack_id, accel, w.name, result.status, None, None, None, None, 0, 0, 0.0, "", "", "", note))
+            rows.append(CompareRow(rack_id, accel, w.name, result.status, None, None, None, None, 0, 0, 0.0, "", "", "", note,
+                                   w.output_tokens_per_s))
             continue
         usd = sum(d.usd_per_hour for d in mine)
         served = result.served_output_tokens_per_s(w.name)
@@ -121,6 +123,7 @@ def _rows_of(result: SolveResult, rack_id: str) -> list[CompareRow]:
             result.workload_tpot_s(w.name), result.workload_ttft_s(w.name), accelerators, len(racks), usd, layouts,
             ", ".join(sorted({d.candidate.batch_limit for d in mine})),
             ", ".join(sorted({d.estimate.serving_step.dominant_term for d in mine})),
+            demand_output_tokens_per_s=w.output_tokens_per_s,
         ))
     return rows
 

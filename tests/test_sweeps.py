@@ -52,6 +52,23 @@ def test_compare_explains_a_rack_that_cannot_serve():
     assert "671 GB" in row.note and "640 GB" in row.note  # weights against one box's HBM
 
 
+
+def test_compare_with_a_demand_names_the_cheapest_fleet_too(capsys):
+    """Kimi K2 at 3k output tokens/s: four GB300s (one small replica) cover the demand for less per
+    hour than the NVL576 replica that is cheapest per token at full use; the summary must say both."""
+    from rich.console import Console
+
+    from planner.sweep_report import render_compare
+
+    rows = compare_racks(_problem("kimi-k2-hgx-h100"), ["gb300-nvl72", "rubin-ultra-nvl576"])
+    assert all(r.demand_output_tokens_per_s == 3000 for r in rows)
+    per_token = min(rows, key=lambda r: r.usd_per_million_output_tokens)
+    per_hour = min(rows, key=lambda r: r.usd_per_hour)
+    assert per_token.rack_id != per_hour.rack_id  # the case this test is about
+    render_compare(rows, Console(width=300), "kimi")
+    out = capsys.readouterr().out
+    assert f"cheapest on {per_token.rack_id}" in out and f"the cheapest fleet is on {per_hour.rack_id}" in out
+
 def test_compare_names_unknown_racks():
     with pytest.raises(PlannerInputError, match="did you mean 'gb200-nvl72'"):
         compare_racks(_problem("deepseek-v3-gb200-nvl72"), ["gb200-nvl7"])
