@@ -200,6 +200,13 @@ class PrefixCacheSpec(EdgeModel):
     tier: Literal["auto", "hbm", "host-dram", "local-flash", "remote-storage"] = Field(
         default="auto", description="where cached KV waits; auto: the cheapest that fits, or none when recomputing is cheaper")
 
+    @field_validator("hit_rate", mode="before")
+    @classmethod
+    def _share_not_percent(cls, value):
+        if isinstance(value, int | float) and 1 < value <= 100:
+            raise ValueError(f"hit_rate = {value:g} looks like a percentage\n    fix: write a share between 0 and 1, e.g. {value / 100:g}")
+        return value
+
 
 class WorkloadSpec(EdgeModel):
     name: str = Field(description="workload name")

@@ -124,7 +124,8 @@ def test_anticipated_mistakes_get_one_line_each_with_a_fix():
            "price_basis": "mine", "sources": {k: "DERIVED" for k in ("hbm_capacity_gb", "hbm_bandwidth_tb_per_s", "dense_tflop_per_s",
                                                                       "scale_up_gb_per_s", "scale_out_gb_per_s", "price_usd_per_hour")}}
     cluster = base["cluster"] | {"custom_accelerators": [gpu]}
-    workloads = [{"name": "w", "input_tokens": 10, "output_tokens": 10, "tpot_limit_ms": 0.05}]
+    workloads = [{"name": "w", "input_tokens": 10, "output_tokens": 10, "tpot_limit_ms": 0.05,
+                  "prefix_cache": {"hit_rate": 90, "retention_minutes": 5}}]
     with pytest.raises(PlannerInputError) as exc:  # every unit mistake at once, each on its field
         parse_problem(base | {"cluster": cluster, "workloads": workloads})
     found = {i.field.rsplit(".", 1)[-1]: i for i in exc.value.issues}
@@ -132,3 +133,4 @@ def test_anticipated_mistakes_get_one_line_each_with_a_fix():
     assert "looks like GB/s" in found["hbm_bandwidth_tb_per_s"].problem
     assert "looks like TB/s" in found["scale_up_gb_per_s"].problem
     assert "looks like seconds" in found["tpot_limit_ms"].problem and "50" in found["tpot_limit_ms"].fix
+    assert "looks like a percentage" in found["hit_rate"].problem and "0.9" in found["hit_rate"].fix
