@@ -180,7 +180,10 @@ def _resolved_from_plan(record: dict, path: Path):
 def _cmd_export(args: argparse.Namespace, console: Console) -> int:
     from planner.export import export_plan
 
-    record, _ = load_plan(args.plan)
+    record, path = load_plan(args.plan)
+    if args.output and Path(args.output).resolve() == Path(path).resolve():
+        raise PlannerInputError(InputIssue("-o", f"{args.output} is the plan being exported; writing there would replace it",
+                                           "choose another output path, e.g. placement.json"))
     text = export_plan(record, args.format)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -279,6 +279,9 @@ def test_export_and_view_cli(plans, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:  # argparse names the allowed formats
         main(["export", str(path), "--format", "k8s"])
     assert exc.value.code == 2 and "choose from 'json', 'vllm', 'sglang', 'trtllm'" in capsys.readouterr().err
+    before = path.read_bytes()
+    assert main(["export", str(path), "--format", "json", "-o", str(path)]) == 2  # would replace the plan itself
+    assert path.read_bytes() == before and "would replace it" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------
