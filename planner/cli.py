@@ -13,10 +13,11 @@ from rich.console import Console
 
 from planner import __version__
 from planner.architecture import kv_bytes_per_token, param_counts
-from planner.deployment import Layout, layout_issues
+from planner.deployment import Layout, ServingRole, layout_issues
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.estimate import DEFAULT_PREFILL_CHUNK_TOKENS, DeploymentInputs, estimate
 from planner.hardware import HardwareCatalog, load_hardware_catalog
+from planner.kv_cache import cache_use, tiers_for
 from planner.model_catalog import load_model_catalog
 from planner.paths import data_dir
 from planner.precision import Precision
@@ -64,6 +65,7 @@ def _estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
     models = load_model_catalog()
     arch, spec, rack_id = None, PrecisionSpec(), None
     isl, osl = 2048, 256
+    cache_request = None
     if args.problem:
         path = resolve_problem_path(args.problem)
         resolved = resolve_problem(load_problem(path), base_dir=path.parent, source=str(path))
@@ -75,6 +77,7 @@ def _estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         model = resolved.models[workload.model_key]
         arch, spec, rack_id = model.arch, model.precisions, resolved.rack_counts[0][0].id
         isl, osl = workload.input_tokens, workload.output_tokens
+        cache_request = workload.prefix_cache
     issues = []
     if args.model:
         if args.model not in models:
@@ -91,9 +94,19 @@ def _estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         issues.append(InputIssue("--rack", "no rack given", "pass --rack NAME (see `planner catalog`) or a problem file"))
     if args.batch is None:
         issues.append(InputIssue("--batch", "no decode batch given", "pass --batch N (sequences in flight per replica)"))
+    tier_id = args.cache_tier or (cache_request.tier if cache_request is not None and cache_request.tier != "auto" else None)
+    if args.cache_tier and cache_request is None:
+        issues.append(InputIssue("--cache-tier", "no prompt cache to place: the workload declares no prefix_cache",
+                                 "pass a problem whose workload has prefix_cache, or drop --cache-tier"))
     if issues:
         raise PlannerInputError(issues)
     rack = hardware.racks[rack_id]
+    cache = None
+    if tier_id is not None and cache_request is not None:
+        tiers = [t.id for t in tiers_for(rack.accelerator)]
+        if tier_id not in tiers:
+            raise PlannerInputError(unknown_name_issue("--cache-tier", f"KV tier on {rack.accelerator.id}", tier_id, tiers))
+        cache = cache_use(cache_request, tier_id, rack.accelerator)
     if args.price is not None:
         hardware = hardware.with_overrides(price_usd_per_hour={rack.accelerator.id: args.price})
         rack = hardware.racks[rack_id]
@@ -110,6 +123,7 @@ def _estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         arch=arch, rack=rack, layout=layout, batch_per_replica=args.batch,
         input_tokens=args.isl or isl, output_tokens=args.osl or osl, precisions=precisions,
         overheads=hardware.overheads, overlap=OverlapPolicy(args.overlap), prefill_chunk_tokens=args.prefill_chunk, notes=notes,
+        role=ServingRole(args.role), prefix_cache=cache,
     )
 
 
@@ -509,6 +523,11 @@ def _add_estimate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overlap", choices=[o.value for o in OverlapPolicy], default=OverlapPolicy.SERIAL.value,
                    help="serial: communication adds to the step (default); overlapped: hidden behind compute/memory")
     p.add_argument("--prefill-chunk", type=int, default=DEFAULT_PREFILL_CHUNK_TOKENS, help="tokens per prefill forward pass")
+    p.add_argument("--role", choices=[r.value for r in ServingRole], default=ServingRole.AGGREGATED.value,
+                   help="aggregated (prefill rides in the decode steps, default), or one replica of a prefill or decode pool")
+    p.add_argument("--cache-tier", metavar="TIER",
+                   help="with a problem whose workload declares prefix_cache: the KV tier its cached prefixes wait in "
+                        "(hbm, host-dram, local-flash, remote-storage; default: the problem's tier unless it is auto)")
     p.add_argument("--json", metavar="PATH", help="also write every figure as JSON (SI units)")
     p.set_defaults(func=_cmd_estimate)
 

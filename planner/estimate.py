@@ -106,8 +106,9 @@ class Estimate:
     serving_step: StepTime  # the step users wait on: mixed decode + prefill for an aggregated replica (sums to TPOT)
     tpot_s: float
     stage_time_s: float
-    prefill_latency_s: float
-    queue_wait_s: float
+    prefill_latency_s: float  # the whole prompt (a cache miss)
+    queue_wait_s: float  # the rest of TTFT: 2 departures (aggregated), the prompt ahead (prefill), the next step (decode)
+    cache_hit_latency_s: float  # a prompt-cache hit: reload its prefix and prefill the rest (0 without a cache)
     ttft_s: float
     decode_tokens_per_s: float  # per replica, decode alone (batch / pure decode step)
     prefill_tokens_per_s: float  # per replica, prefill alone (chunks back to back)
@@ -338,6 +339,7 @@ class BatchTable:
     stage_time_s: np.ndarray  # the role's step on the slowest stage (mixed for aggregated replicas)
     tpot_s: np.ndarray  # what a user waits per output token: pp x stage_time_s
     ttft_s: np.ndarray
+    queue_s: np.ndarray  # the TTFT part spent waiting: 2 departures (aggregated), the prompt ahead (prefill), next step (decode)
     decode_tokens_per_s: np.ndarray  # batch / pure decode TPOT
     serving_step: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # the role's step terms x pp (compute, weights, kv, comm)
     prefill_riders: np.ndarray  # prefill tokens per micro-batch step and stage (aggregated), else 0
@@ -352,6 +354,7 @@ class BatchTable:
     capacity_bytes: float
     prefill_step: StepTime
     prefill_latency_s: float
+    cache_hit_latency_s: float  # a cache hit: reload its prefix, prefill the rest (0 without a prompt cache)
     prefill_tokens_per_s: float
     chunk_tokens: int
     flops_per_s: float
@@ -404,15 +407,22 @@ def _prompt_cache(inp: DeploymentInputs, requests_per_s: np.ndarray) -> tuple[np
     return per_accelerator, fits, held * cache.tier.usd_per_byte_s, False
 
 
+def _cache_hit_latency(inp: DeploymentInputs, full_prompt_s: float) -> float:
+    """A cache hit reloads its prefix from the tier and prefills the rest of the prompt (0 without a cache)."""
+    cache = inp.prefix_cache
+    if cache is None or cache.hit_rate == 0:
+        return 0.0
+    prefix_bytes = float(np.sum(kv_bytes_per_sequence(inp.arch, cache.prefix_tokens, inp.precisions.kv_bytes)))
+    return reload_s(prefix_bytes, inp.layout.n_accelerators, cache.tier) + full_prompt_s * (1 - cache.prefix_tokens / inp.input_tokens)
+
+
 def _worst_prefill_latency(inp: DeploymentInputs, full_prompt_s: float) -> float:
     """A miss prefills the whole prompt; a hit reloads its prefix from the tier and prefills the
     rest. TTFT takes the slower of the two."""
     cache = inp.prefix_cache
     if cache is None or cache.hit_rate == 0:
         return full_prompt_s
-    prefix_bytes = float(np.sum(kv_bytes_per_sequence(inp.arch, cache.prefix_tokens, inp.precisions.kv_bytes)))
-    hit = reload_s(prefix_bytes, inp.layout.n_accelerators, cache.tier) + full_prompt_s * (1 - cache.prefix_tokens / inp.input_tokens)
-    return max(full_prompt_s if cache.hit_rate < 1 else 0.0, hit)
+    return max(full_prompt_s if cache.hit_rate < 1 else 0.0, _cache_hit_latency(inp, full_prompt_s))
 
 
 def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None) -> BatchTable:
@@ -464,7 +474,8 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
         requests_per_s = batches / tpot / inp.output_tokens
     cache_bytes, cache_fits, storage, cache_in_hbm = _prompt_cache(inp, requests_per_s)
     if inp.role is ServingRole.DECODE:
-        ttft = stage_time  # a request that arrives with its KV cache joins the next step
+        queue = stage_time  # a request that arrives with its KV cache joins the next step
+        ttft = stage_time
     else:
         ttft = queue + _worst_prefill_latency(inp, prefill_latency)
     return BatchTable(
@@ -476,6 +487,7 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
         stage_time_s=stage_time,
         tpot_s=tpot,
         ttft_s=ttft,
+        queue_s=queue,
         decode_tokens_per_s=batches / decode_tpot,
         serving_step=tuple(lay.pp * term[rows, slowest] for term in serving),
         prefill_riders=riders,
@@ -490,6 +502,7 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
         capacity_bytes=accel.hbm_capacity_bytes,
         prefill_step=slowest_chunk,
         prefill_latency_s=prefill_latency,
+        cache_hit_latency_s=_cache_hit_latency(inp, prefill_latency),
         prefill_tokens_per_s=prefill_rate,
         chunk_tokens=chunk,
         flops_per_s=flops_per_s,
@@ -555,7 +568,8 @@ def estimate(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Estima
         tpot_s=float(t.tpot_s[0]),
         stage_time_s=float(t.stage_time_s[0]),
         prefill_latency_s=t.prefill_latency_s,
-        queue_wait_s=WORST_CASE_QUEUE_DEPARTURES * float(t.stage_time_s[0]),
+        queue_wait_s=float(t.queue_s[0]),
+        cache_hit_latency_s=t.cache_hit_latency_s,
         ttft_s=float(t.ttft_s[0]),
         decode_tokens_per_s=float(t.decode_tokens_per_s[0]),
         prefill_tokens_per_s=t.prefill_tokens_per_s,

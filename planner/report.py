@@ -43,6 +43,7 @@ def estimate_record(e: Estimate) -> dict:
         "ttft_s": e.ttft_s,
         "prefill_latency_s": e.prefill_latency_s,
         "queue_wait_s": e.queue_wait_s,
+        "cache_hit_latency_s": e.cache_hit_latency_s,
         "output_tokens_per_s_per_replica": e.sustained_output_tokens_per_s,
         "output_tokens_per_s_per_accelerator": e.output_tokens_per_s_per_accelerator,
         "input_tokens_per_s_per_replica": e.sustained_input_tokens_per_s,
@@ -117,15 +118,26 @@ def render_estimate(e: Estimate, console: Console) -> None:
         console.print(f"A decode-only step would take {format_seconds(e.decode_step.total_s)} "
                       f"({e.decode_step.dominant_term} dominant); the prompts add "
                       f"{format_seconds(e.serving_step.total_s - e.decode_step.total_s)} to every token (prefill interference).")
+    elif inp.role is ServingRole.PREFILL:
+        console.print(_step_table("Prefill replica: one prefill chunk through the slowest stage (chunk size under Assumptions)",
+                                  e.prefill_chunk_step))
+        console.print(f"Prompts back to back: {format_rate(e.prefill_tokens_per_s)} prompt tokens per replica; the KV cache of each "
+                      "prompt then leaves for a decode replica (`planner solve` costs that hand-off and the decode join).")
     else:
-        console.print(_step_table(f"{inp.role.capitalize()} replica: decode step, time per output token (all pipeline stages)", e.decode_step))
+        console.print(_step_table("Decode replica: pure decode step, time per output token (all pipeline stages)", e.decode_step))
     latency = Table(title="Latency", title_justify="left")
     latency.add_column("figure")
     latency.add_column("value", justify="right")
-    latency.add_row("TPOT (time per output token)", format_seconds(e.tpot_s))
-    latency.add_row("TTFT (time to first token)", format_seconds(e.ttft_s))
-    latency.add_row("  queueing (2 departures)", format_seconds(e.queue_wait_s))
-    latency.add_row("  prefill", format_seconds(e.prefill_latency_s))
+    if inp.role is not ServingRole.PREFILL:
+        latency.add_row("TPOT (time per output token)", format_seconds(e.tpot_s))
+    latency.add_row("TTFT (time to first token)" if inp.role is ServingRole.AGGREGATED else "TTFT in this replica", format_seconds(e.ttft_s))
+    queue_label = {ServingRole.AGGREGATED: "  queueing (2 departures)", ServingRole.PREFILL: "  queueing (the prompt ahead)",
+                   ServingRole.DECODE: "  joining the next decode step"}[inp.role]
+    latency.add_row(queue_label, format_seconds(e.queue_wait_s))
+    if inp.role is not ServingRole.DECODE:
+        latency.add_row("  prefill of a whole prompt" if e.cache_hit_latency_s else "  prefill", format_seconds(e.prefill_latency_s))
+        if e.cache_hit_latency_s:
+            latency.add_row("  a cache hit: reload + rest of the prompt", format_seconds(e.cache_hit_latency_s))
     console.print(latency)
     memory = Table(title=f"HBM per accelerator ({accel.id}, {format_bytes(mem.capacity_bytes)})", title_justify="left")
     memory.add_column("use")

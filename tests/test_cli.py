@@ -51,6 +51,33 @@ def test_estimate_from_a_bundled_problem(tmp_path):
     assert json.loads(out.read_text())["input_tokens"] == 2048
 
 
+
+def test_estimate_a_pool_replica_and_a_prompt_cache_tier(tmp_path, capsys):
+    """The TTFT parts add up in each role: a prefill replica waits for the prompt ahead (one whole
+    prefill) and then prefills; a decode replica's request joins the next step; an aggregated
+    replica with a prompt cache in remote storage serves a hit with 50 ms + prefix bytes over
+    4 x 0.64 x 50 GB/s, then prefills the uncached 2,048 of its 32,768 tokens."""
+    out = tmp_path / "e.json"
+    assert main(["estimate", "disaggregation-wins-long-prompts", "--tp", "1", "--batch", "1", "--role", "prefill", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["role"] == "prefill" and r["queue_wait_s"] == pytest.approx(r["prefill_latency_s"])
+    assert r["ttft_s"] == pytest.approx(2 * r["prefill_latency_s"])
+    assert main(["estimate", "disaggregation-wins-long-prompts", "--tp", "4", "--batch", "64", "--role", "decode", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["ttft_s"] == pytest.approx(r["tpot_s"]) == pytest.approx(r["queue_wait_s"])  # one stage: joining = one step
+    assert main(["estimate", "prompt-cache-coding-agent", "--tp", "2", "--dp-attn", "2", "--ep", "4", "--batch", "14",
+                 "--cache-tier", "remote-storage", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    hit = 0.050 + 30720 * 35136 / (4 * 0.64 * 50e9) + r["prefill_latency_s"] * 2048 / 32768
+    assert r["cache_hit_latency_s"] == pytest.approx(hit, rel=1e-9)
+    assert r["ttft_s"] == pytest.approx(r["queue_wait_s"] + max(r["prefill_latency_s"], hit))
+    capsys.readouterr()
+    assert main(["estimate", "llama-3.1-70b-hgx-h100", "--tp", "8", "--batch", "8", "--cache-tier", "hbm"]) == 2
+    assert "--cache-tier" in capsys.readouterr().err  # no prefix_cache to place
+    assert main(["estimate", "prompt-cache-coding-agent", "--tp", "2", "--dp-attn", "2", "--ep", "4", "--batch", "14",
+                 "--cache-tier", "flash"]) == 2
+    assert "did you mean 'local-flash'" in capsys.readouterr().err
+
 def test_estimate_that_does_not_fit_exits_3(capsys):
     assert main(["estimate", "--model", "deepseek-v3", "--rack", "hgx-h100", "--tp", "8", "--ep", "8", "--batch", "64"]) == 3
     assert "DOES NOT FIT" in capsys.readouterr().out
