@@ -21,6 +21,7 @@ maximum load under the budget as a side constraint.
 Loads are relative (any unit). The lower bound per layer is max(total / ranks, max load per copy).
 """
 
+import heapq
 import json
 import math
 import time
@@ -159,12 +160,21 @@ def _pack(loads: np.ndarray, copies: np.ndarray, n_ranks: int, slots_per_rank: i
     """Step 2: copies largest first, each into the least-loaded rank with room and without it."""
     items = sorted(((loads[e] / copies[e], e) for e in range(len(loads)) for _ in range(copies[e])), key=lambda t: (-t[0], t[1]))
     ranks: list[list[int]] = [[] for _ in range(n_ranks)]
-    rank_load = np.zeros(n_ranks)
+    held: list[set[int]] = [set() for _ in range(n_ranks)]
+    open_ranks = [(0.0, r) for r in range(n_ranks)]  # heap of (load, rank) over ranks with a free slot
     for load, e in items:
-        open_ranks = [r for r in range(n_ranks) if len(ranks[r]) < slots_per_rank and e not in ranks[r]]
-        r = min(open_ranks, key=lambda r: (rank_load[r], r))
+        # the least-loaded open rank without e, lowest index among equals
+        skipped = []
+        rank_load, r = heapq.heappop(open_ranks)
+        while e in held[r]:
+            skipped.append((rank_load, r))
+            rank_load, r = heapq.heappop(open_ranks)
         ranks[r].append(e)
-        rank_load[r] += load
+        held[r].add(e)
+        if len(ranks[r]) < slots_per_rank:
+            heapq.heappush(open_ranks, (rank_load + load, r))
+        for entry in skipped:
+            heapq.heappush(open_ranks, entry)
     return ranks
 
 
