@@ -5,6 +5,7 @@ Everything here is a count or a size that follows from the architecture alone; t
 can be summed over layer ranges.
 """
 
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -235,7 +236,15 @@ def kv_bytes_per_token_per_layer(arch: ModelArch, kv_bytes_per_value: float) -> 
 
 
 def _window_array(arch: ModelArch) -> np.ndarray:
-    return np.array([np.inf if w is None else float(w) for w in arch.layer_window_tokens])
+    return _windows(arch.layer_window_tokens)
+
+
+@functools.lru_cache(maxsize=256)
+def _windows(layer_window_tokens: tuple[int | None, ...]) -> np.ndarray:
+    """Read-only (shared between callers): inf for full attention."""
+    out = np.array([np.inf if w is None else float(w) for w in layer_window_tokens])
+    out.flags.writeable = False
+    return out
 
 
 def kv_bytes_per_token(arch: ModelArch, kv_bytes_per_value: float) -> float:
