@@ -37,6 +37,7 @@ __all__ = [
     "RackSpec",
     "RackType",
     "ScaleUpTopology",
+    "check_source_keys",
     "load_hardware_catalog",
 ]
 
@@ -489,7 +490,8 @@ def _load_defaults(path: Path) -> tuple[AchievableDefaults, Overheads]:
     )
 
 
-def _check_source_keys(specs: Iterable[AcceleratorSpec | RackSpec], sources: Mapping[str, str], path: Path) -> None:
+def check_source_keys(specs: Iterable, sources: Mapping[str, str], path: Path) -> None:
+    """Every citation key of every spec (anything with `id` and `sources`) is in topologies/sources.yaml."""
     issues = [
         InputIssue(f"{spec.id}.sources.{name}", f"unknown source key '{key}'", "add it to topologies/sources.yaml or fix the key")
         for spec in specs
@@ -509,7 +511,7 @@ def load_hardware_catalog(directory: Path | None = None) -> HardwareCatalog:
     accelerators: dict[str, Accelerator] = {}
     for path in sorted((root / "accelerators").glob("*.yaml")):
         parsed = _parse(_AcceleratorFile, path)
-        _check_source_keys(parsed.accelerators, sources, path)
+        check_source_keys(parsed.accelerators, sources, path)
         for spec in parsed.accelerators:
             if spec.id in accelerators:
                 raise PlannerInputError(InputIssue(spec.id, f"accelerator defined twice ({path.name})", "keep one entry"))
@@ -517,7 +519,7 @@ def load_hardware_catalog(directory: Path | None = None) -> HardwareCatalog:
     racks: dict[str, RackType] = {}
     for path in sorted((root / "racks").glob("*.yaml")):
         parsed = _parse(_RackFile, path)
-        _check_source_keys(parsed.racks, sources, path)
+        check_source_keys(parsed.racks, sources, path)
         for spec in parsed.racks:
             if spec.accelerator not in accelerators:
                 raise PlannerInputError(_unknown_accelerator(f"{spec.id}.accelerator", spec.accelerator, accelerators), str(path))

@@ -11,6 +11,7 @@ cache and recomputing is cheaper. A hit is cheaper than a miss by recompute / (h
 import functools
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -20,7 +21,7 @@ from planner.errors import (
     issues_from_validation_error,
     load_yaml_file,
 )
-from planner.hardware import Accelerator, CatalogId, EdgeModel
+from planner.hardware import Accelerator, CatalogId, EdgeModel, check_source_keys
 from planner.paths import data_dir
 from planner.units import GB, SECONDS_PER_HOUR
 
@@ -77,12 +78,15 @@ class _TierFile(EdgeModel):
 
 
 @functools.cache
-def load_tier_specs() -> tuple[TierSpec, ...]:
-    path = data_dir("topologies") / "kv_tiers.yaml"
+def load_tier_specs(directory: Path | None = None) -> tuple[TierSpec, ...]:
+    """The tiers of `directory`/kv_tiers.yaml (default: the built-in topologies/), every number cited."""
+    path = (directory or data_dir("topologies")) / "kv_tiers.yaml"
     try:
-        return tuple(_TierFile.model_validate(load_yaml_file(path)).tiers)
+        tiers = tuple(_TierFile.model_validate(load_yaml_file(path)).tiers)
     except ValidationError as exc:
         raise PlannerInputError(issues_from_validation_error(exc, model=_TierFile), source=str(path)) from None
+    check_source_keys(tiers, load_yaml_file(path.parent / "sources.yaml")["sources"], path)
+    return tiers
 
 
 @dataclass(frozen=True)

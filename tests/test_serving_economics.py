@@ -71,6 +71,21 @@ def test_claim_9_break_even_retention_by_hand(hw, run_estimate):
     assert hit_discount(recompute, KV_PER_TOKEN, tiers["local-flash"].usd_per_byte_s, 60) == pytest.approx(expected["local-flash"] / 60)
 
 
+
+def test_every_kv_tier_number_has_a_known_source(tmp_path):
+    import shutil
+
+    from planner.errors import PlannerInputError
+    from planner.kv_cache import load_tier_specs
+
+    assert {t.id for t in load_tier_specs()} == {"hbm", "host-dram", "local-flash", "remote-storage"}
+    for name in ("kv_tiers.yaml", "sources.yaml"):
+        shutil.copy(data_dir("topologies") / name, tmp_path / name)
+    text = (tmp_path / "kv_tiers.yaml").read_text()
+    (tmp_path / "kv_tiers.yaml").write_text(text.replace("read_fraction: S3_BENCHMARK", "read_fraction: S3_BENCHMARKS"))
+    with pytest.raises(PlannerInputError, match="unknown source key 'S3_BENCHMARKS'"):
+        load_tier_specs(tmp_path)
+
 def test_claim_9_minutes_in_memory_an_hour_in_flash(agent):
     """DeepSeek-V3 on GB200 NVL72 (MLA: 35 KB of fp8 KV per token, 37B active parameters): a
     cached token pays for minutes in HBM or DRAM and for hours on flash or disk; held an hour on
