@@ -1,9 +1,9 @@
-"""`planner catalog`: the built-in accelerators, racks and models as terminal tables."""
+"""`planner catalog`: the built-in accelerators, racks, models and KV-cache tiers as terminal tables."""
 
 from rich.console import Console
 from rich.table import Table
 
-from planner.units import format_bytes
+from planner.units import format_bytes, format_seconds
 
 __all__ = ["render_catalog"]
 
@@ -44,6 +44,17 @@ def _models(rows: list[dict]) -> Table:
     return table
 
 
+def _kv_tiers(rows: list[dict]) -> Table:
+    table = Table(title="KV-cache tiers for prompt caching (per accelerator; hbm, host_link, scale_out: the accelerator's own figures)",
+                  title_justify="left")
+    for name in ("id", "capacity", "read bandwidth", "first byte", "cost", "sources"):
+        table.add_column(name, justify="right" if name == "first byte" else "left")
+    for r in rows:
+        table.add_row(r["id"], r["capacity"], r["read_bandwidth"], format_seconds(r["first_byte_latency_s"]), r["cost"],
+                      ", ".join(sorted(set(r["sources"].values()))) or "-")
+    return table
+
+
 def render_catalog(record: dict, console: Console, section: str | None = None) -> None:
     if section in (None, "accelerators"):
         console.print(_accelerators(record["accelerators"]))
@@ -51,3 +62,5 @@ def render_catalog(record: dict, console: Console, section: str | None = None) -
         console.print(_racks(record["racks"]))
     if section in (None, "models"):
         console.print(_models(record["models"]))
+    if section in (None, "kv-tiers"):
+        console.print(_kv_tiers(record["kv_tiers"]))

@@ -17,7 +17,7 @@ from planner.deployment import Layout, ServingRole, layout_issues
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.estimate import DEFAULT_PREFILL_CHUNK_TOKENS, DeploymentInputs, estimate
 from planner.hardware import HardwareCatalog, load_hardware_catalog
-from planner.kv_cache import cache_use, tiers_for
+from planner.kv_cache import cache_use, load_tier_specs, tiers_for
 from planner.model_catalog import load_model_catalog
 from planner.paths import data_dir
 from planner.precision import Precision
@@ -482,7 +482,15 @@ def catalog_record() -> dict:
             "routed_experts": m.moe.n_routed_experts if m.moe else 0, "experts_per_token": m.moe.experts_per_token if m.moe else 0,
             "kv_bytes_per_token_bf16": kv_bytes_per_token(m, 2.0), "max_context_tokens": m.max_context_tokens,
         })
-    return {"accelerators": accelerators, "racks": racks, "models": model_rows}
+    tiers = [{
+        "id": s.id, "name": s.name,
+        "capacity": s.capacity or f"{s.capacity_gb_per_accelerator:g} GB per accelerator",
+        "read_bandwidth": (f"{s.read_bandwidth} x {s.read_fraction:g}" if s.read_fraction else s.read_bandwidth) if s.read_bandwidth
+        else f"{s.read_gb_per_s_per_accelerator:g} GB/s per accelerator",
+        "first_byte_latency_s": s.first_byte_latency_ms / 1e3,
+        "cost": s.cost or f"{s.usd_per_gb_month:g} USD per GB-month", "sources": dict(s.sources),
+    } for s in load_tier_specs()]
+    return {"accelerators": accelerators, "racks": racks, "models": model_rows, "kv_tiers": tiers}
 
 
 def _cmd_catalog(args: argparse.Namespace, console: Console) -> int:
@@ -666,8 +674,8 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--markdown", action="store_true", help="the field reference as Markdown tables (as in the README)")
     schema.add_argument("-o", "--output", help="write to a file instead of standard output")
     schema.set_defaults(func=_cmd_schema)
-    catalog = sub.add_parser("catalog", help="list accelerators, racks and models with their key numbers")
-    catalog.add_argument("section", nargs="?", choices=["accelerators", "racks", "models"], help="only this section")
+    catalog = sub.add_parser("catalog", help="list accelerators, racks, models and KV-cache tiers with their key numbers")
+    catalog.add_argument("section", nargs="?", choices=["accelerators", "racks", "models", "kv-tiers"], help="only this section")
     catalog.add_argument("--json", metavar="PATH", help="also write the catalog as JSON")
     catalog.set_defaults(func=_cmd_catalog)
     return parser

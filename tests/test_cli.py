@@ -102,3 +102,7 @@ def test_schema_and_catalog(capsys, tmp_path):
     record = json.loads(out.read_text())
     assert {r["id"] for r in record["racks"]} >= {"hgx-h100", "gb200-nvl72", "gb300-nvl72"}
     assert "deepseek-v3" in capsys.readouterr().out
+    remote = next(r for r in record["kv_tiers"] if r["id"] == "remote-storage")
+    assert remote["first_byte_latency_s"] == 0.050 and remote["cost"] == "0.023 USD per GB-month"
+    assert main(["catalog", "kv-tiers"]) == 0
+    assert "S3_STANDARD" in capsys.readouterr().out
