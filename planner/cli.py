@@ -37,10 +37,17 @@ EXIT_OK, EXIT_INVALID_PLAN, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
 _FLAG_OF_FIELD = {"layout.tp": "--tp", "layout.ep": "--ep", "layout.pp": "--pp", "layout.dp_attn": "--dp-attn", "layout.batch": "--batch"}
 
 
-def _write_json(path: str, record: dict) -> None:
+def _write_text(path: str, text: str, console: Console | None = None) -> None:
+    """Write `text` to `path` (creating folders) and, given a console, say so."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    target.write_text(text)
+    if console is not None:
+        console.print(f"wrote {path}")
+
+
+def _write_json(path: str, record: dict, console: Console | None = None) -> None:
+    _write_text(path, json.dumps(record, indent=2, default=str) + "\n", console)
 
 
 def resolve_problem_path(text: str) -> Path:
@@ -132,8 +139,7 @@ def _cmd_estimate(args: argparse.Namespace, console: Console) -> int:
     result = estimate(inputs)
     render_estimate(result, console)
     if args.json:
-        _write_json(args.json, estimate_record(result))
-        console.print(f"wrote {args.json}")
+        _write_json(args.json, estimate_record(result), console)
     return EXIT_OK if result.fits else EXIT_INFEASIBLE
 
 
@@ -152,8 +158,7 @@ def _cmd_solve(args: argparse.Namespace, console: Console) -> int:
                        progress=lambda text: status.update(f"evaluating {text}"))
     render_solve(result, console)
     if args.json:
-        _write_json(args.json, solve_record(result))
-        console.print(f"wrote {args.json}")
+        _write_json(args.json, solve_record(result), console)
     return EXIT_OK if result.has_plan else EXIT_INFEASIBLE
 
 
@@ -200,9 +205,7 @@ def _cmd_export(args: argparse.Namespace, console: Console) -> int:
                                            "choose another output path, e.g. placement.json"))
     text = export_plan(record, args.format)
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
-        console.print(f"wrote {args.output}")
+        _write_text(args.output, text, console)
     else:
         sys.stdout.write(text)
     return EXIT_OK
@@ -272,13 +275,6 @@ class _Progress:
         self.bar.update(self.task, completed=done, description=what)
 
 
-def _write_text(path: str, text: str, console: Console) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
-    console.print(f"wrote {path}")
-
-
 def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
     from planner.sweep_report import compare_record, render_compare
     from planner.sweeps import compare_racks
@@ -294,8 +290,7 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
 
         console.print(f"wrote {plot_compare(rows, args.plot, title)}")
     if args.json:
-        _write_json(args.json, compare_record(rows))
-        console.print(f"wrote {args.json}")
+        _write_json(args.json, compare_record(rows), console)
     return EXIT_OK if any(r.usd_per_million_output_tokens is not None for r in rows) else EXIT_INFEASIBLE
 
 
@@ -318,8 +313,7 @@ def _cmd_frontier(args: argparse.Namespace, console: Console) -> int:
     if args.csv:
         _write_text(args.csv, frontier_csv(frontier), console)
     if args.json:
-        _write_json(args.json, frontier_record(frontier))
-        console.print(f"wrote {args.json}")
+        _write_json(args.json, frontier_record(frontier), console)
     return EXIT_OK if frontier.frontier else EXIT_INFEASIBLE
 
 
@@ -339,8 +333,7 @@ def _cmd_curve(args: argparse.Namespace, console: Console) -> int:
     if args.csv:
         _write_text(args.csv, curve_csv(curve), console)
     if args.json:
-        _write_json(args.json, curve_record(curve))
-        console.print(f"wrote {args.json}")
+        _write_json(args.json, curve_record(curve), console)
     return EXIT_OK
 
 
@@ -361,8 +354,7 @@ def _cmd_cache(args: argparse.Namespace, console: Console) -> int:
     items = [cache_economics(result, w) for w in names if not args.workload or w == args.workload]
     render_cache(items, console)
     if args.json:
-        _write_json(args.json, cache_record(items))
-        console.print(f"wrote {args.json}")
+        _write_json(args.json, cache_record(items), console)
     return EXIT_OK
 
 
@@ -382,8 +374,7 @@ def _cmd_prices(args: argparse.Namespace, console: Console) -> int:
         _write_json(args.json, {"provider": sheet.provider, "implied_kv_bytes_per_token": reading.implied_kv_bytes_per_token,
                                 "memory_bound_factor": reading.memory_bound_factor, "hit_discount": reading.hit_discount,
                                 "implied_tiers": [{"retention_s": r, "tier": t} for r, t in reading.implied_tiers],
-                                "working": list(reading.lines)})
-        console.print(f"wrote {args.json}")
+                                "working": list(reading.lines)}, console)
     return EXIT_OK
 
 
@@ -431,8 +422,7 @@ def _cmd_lifecycle(args: argparse.Namespace, console: Console) -> int:
                                 "pretrain_tokens_equal_flops": result.pretrain_tokens_equal_flops,
                                 "pretrain_tokens_equal_cost": result.pretrain_tokens_equal_cost,
                                 "rl_tokens_equal_flops": result.rl_tokens_equal_flops, "chinchilla_tokens": result.chinchilla_tokens,
-                                "pipeline_bubble": training.bubble, "working": list(result.lines)})
-        console.print(f"wrote {args.json}")
+                                "pipeline_bubble": training.bubble, "working": list(result.lines)}, console)
     return EXIT_OK
 
 

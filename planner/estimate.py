@@ -416,13 +416,13 @@ def _cache_hit_latency(inp: DeploymentInputs, full_prompt_s: float) -> float:
     return reload_s(prefix_bytes, inp.layout.n_accelerators, cache.tier) + full_prompt_s * (1 - cache.prefix_tokens / inp.input_tokens)
 
 
-def _worst_prefill_latency(inp: DeploymentInputs, full_prompt_s: float) -> float:
-    """A miss prefills the whole prompt; a hit reloads its prefix from the tier and prefills the
-    rest. TTFT takes the slower of the two."""
+def _worst_prefill_latency(inp: DeploymentInputs, full_prompt_s: float, hit_s: float) -> float:
+    """A miss prefills the whole prompt (`full_prompt_s`); a hit takes `hit_s`. TTFT takes the
+    slower of the two that happen."""
     cache = inp.prefix_cache
     if cache is None or cache.hit_rate == 0:
         return full_prompt_s
-    return max(full_prompt_s if cache.hit_rate < 1 else 0.0, _cache_hit_latency(inp, full_prompt_s))
+    return max(full_prompt_s if cache.hit_rate < 1 else 0.0, hit_s)
 
 
 def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None) -> BatchTable:
@@ -473,11 +473,12 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
         queue = WORST_CASE_QUEUE_DEPARTURES * stage_time
         requests_per_s = batches / tpot / inp.output_tokens
     cache_bytes, cache_fits, storage, cache_in_hbm = _prompt_cache(inp, requests_per_s)
+    hit_latency = _cache_hit_latency(inp, prefill_latency)
     if inp.role is ServingRole.DECODE:
         queue = stage_time  # a request that arrives with its KV cache joins the next step
         ttft = stage_time
     else:
-        ttft = queue + _worst_prefill_latency(inp, prefill_latency)
+        ttft = queue + _worst_prefill_latency(inp, prefill_latency, hit_latency)
     return BatchTable(
         batches=batches,
         compute_s=lay.pp * compute[rows, decode_slowest],
@@ -502,7 +503,7 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
         capacity_bytes=accel.hbm_capacity_bytes,
         prefill_step=slowest_chunk,
         prefill_latency_s=prefill_latency,
-        cache_hit_latency_s=_cache_hit_latency(inp, prefill_latency),
+        cache_hit_latency_s=hit_latency,
         prefill_tokens_per_s=prefill_rate,
         chunk_tokens=chunk,
         flops_per_s=flops_per_s,
