@@ -25,8 +25,8 @@ import time
 
 import numpy as np
 
-from planner.experts import eplb_baseline, place_experts, synthetic_profile
-from planner.model_catalog import load_model_catalog
+from planner.placement.experts import eplb_baseline, place_experts, synthetic_profile
+from planner.model.catalog import load_model_catalog
 
 CASES = [("deepseek-v3", 32), ("deepseek-v3", 64), ("deepseek-v3", 128), ("kimi-k2", 48), ("kimi-k2", 96), ("kimi-k2", 128)]
 

@@ -6,11 +6,11 @@ on EP64, then the planner's batch curve for the bundled problem (cost per token 
 
 from common import parse_args
 
-from planner.charts import plot_curve
+from planner.output.charts import plot_curve
 from planner.paths import data_dir
-from planner.problem import load_problem
+from planner.problem.spec import load_problem
 from planner.quick import evaluate
-from planner.sweeps import batch_curve
+from planner.studies.sweeps import batch_curve
 
 args = parse_args(__doc__)
 batched = evaluate("deepseek-v3", "gb200-nvl72", 4096, 2048, 512, ep=64, weights="fp8", kv_cache="fp8")

@@ -4,9 +4,9 @@ worst-case queueing is about two departures.
 
 from common import parse_args, row
 
-from planner.hardware import load_hardware_catalog
+from planner.hardware.catalog import load_hardware_catalog
 from planner.quick import evaluate
-from planner.roofline import hbm_drain_time_s
+from planner.physics.roofline import hbm_drain_time_s
 
 parse_args(__doc__)
 hw = load_hardware_catalog()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from common import parse_args, row
 
-from planner.prices import load_price_sheet, read_prices
+from planner.studies.prices import load_price_sheet, read_prices
 from planner.quick import evaluate
 
 parse_args(__doc__)

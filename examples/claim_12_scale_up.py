@@ -8,12 +8,12 @@ NVL72 rack or eight HGX B200 boxes.
 from common import parse_args
 from rich.console import Console
 
-from planner.charts import plot_compare
+from planner.output.charts import plot_compare
 from planner.paths import data_dir
-from planner.problem import load_problem
+from planner.problem.spec import load_problem
 from planner.quick import evaluate
-from planner.sweep_report import render_compare
-from planner.sweeps import compare_racks
+from planner.output.sweep_report import render_compare
+from planner.studies.sweeps import compare_racks
 
 args = parse_args(__doc__)
 rack = evaluate("deepseek-v3", "gb200-nvl72", 4096, 2048, 512, ep=64, weights="fp8", kv_cache="fp8")

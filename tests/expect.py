@@ -5,7 +5,7 @@ from contextlib import contextmanager
 
 from ortools.sat.python import cp_model
 
-from planner.model_builder import build_model, primary_objective
+from planner.solver.model_builder import build_model, primary_objective
 
 
 def _solve(model):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from planner.cli import main
+from planner.cli.main import main
 
 ESTIMATE_FIELDS = ["tpot_s", "ttft_s", "output_tokens_per_s_per_accelerator", "usd_per_million_output_tokens", "step_time_s",
                    "memory_bytes_per_accelerator"]

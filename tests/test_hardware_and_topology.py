@@ -3,8 +3,8 @@
 import pytest
 
 from planner.errors import PlannerInputError
-from planner.hardware import AcceleratorSpec, RackSpec
-from planner.topology import (
+from planner.hardware.catalog import AcceleratorSpec, RackSpec
+from planner.hardware.topology import (
     accelerator_nodes,
     build_cluster_graph,
     group_links,

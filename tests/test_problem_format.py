@@ -7,7 +7,7 @@ import pytest
 
 from planner.errors import PlannerInputError
 from planner.paths import data_dir
-from planner.problem import (
+from planner.problem.spec import (
     load_problem,
     parse_problem,
     problem_json_schema,
@@ -103,7 +103,7 @@ def test_readme_reference_matches_the_schema():
     """The README's problem-file reference is `planner schema --markdown`, byte for byte."""
     from pathlib import Path
 
-    from planner.schema_doc import README_BEGIN, README_END, schema_markdown
+    from planner.problem.schema_doc import README_BEGIN, README_END, schema_markdown
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     inside = readme.split(README_BEGIN, 1)[1].split(README_END, 1)[0]
@@ -112,7 +112,7 @@ def test_readme_reference_matches_the_schema():
 
 def test_anticipated_mistakes_get_one_line_each_with_a_fix():
     from planner.errors import PlannerInputError
-    from planner.problem import parse_problem
+    from planner.problem.spec import parse_problem
 
     base = {"name": "x", "model": "deepseek-v3", "cluster": {"racks": [{"type": "gb200-nvl72", "count": 1}]}}
     with pytest.raises(PlannerInputError) as exc:  # a misspelt field gets the real name

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 from test_model_builder import cand
 
-from planner.model_builder import PlanningData, RackPool
-from planner.problem import Objective
-from planner.reference import fits_racks
+from planner.solver.model_builder import PlanningData, RackPool
+from planner.problem.spec import Objective
+from planner.solver.reference import fits_racks
 
 
 def exact_bin_packing(sizes: tuple[int, ...], capacity: int, bins: int) -> bool:

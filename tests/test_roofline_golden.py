@@ -11,8 +11,8 @@ of HBM bandwidth (NVIDIA AIConfigurator); Llama 3.1 8B config.json (32 layers, h
 
 import pytest
 
-from planner.deployment import ServingRole
-from planner.roofline import (
+from planner.physics.deployment import ServingRole
+from planner.physics.roofline import (
     OverlapPolicy,
     StepTime,
     all_reduce_time_s,
@@ -40,7 +40,7 @@ BW_EFF = 3.35e12 * 0.8
 
 
 def test_hand_counts_match_the_catalog(models):
-    from planner.architecture import kv_bytes_per_token, param_counts
+    from planner.model.architecture import kv_bytes_per_token, param_counts
 
     counts = param_counts(models["llama-3.1-8b"])
     assert counts.total == TOTAL == 8_030_261_248

@@ -12,22 +12,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.architecture import kv_bytes_per_sequence
-from planner.cache_report import cache_economics
-from planner.cli import main
-from planner.deployment import ServingRole
-from planner.export import export_plan
-from planner.kv_cache import (
+from planner.model.architecture import kv_bytes_per_sequence
+from planner.output.cache_report import cache_economics
+from planner.cli.main import main
+from planner.physics.deployment import ServingRole
+from planner.output.export import export_plan
+from planner.physics.kv_cache import (
     break_even_retention_s,
     cached_bytes,
     hit_discount,
     tiers_for,
 )
 from planner.paths import data_dir
-from planner.plan_report import solve_record
-from planner.problem import load_problem, parse_problem, resolve_problem
-from planner.solve import solve
-from planner.validate import check_plan
+from planner.output.plan_report import solve_record
+from planner.problem.spec import load_problem, parse_problem, resolve_problem
+from planner.solver.solve import solve
+from planner.output.validate import check_plan
 
 L, D, FFN, VOCAB = 32, 4096, 14336, 128256
 PER_LAYER = D * 32 * 128 + 2 * D * 8 * 128 + 32 * 128 * D + 3 * D * FFN + 2 * D
@@ -76,7 +76,7 @@ def test_every_kv_tier_number_has_a_known_source(tmp_path):
     import shutil
 
     from planner.errors import PlannerInputError
-    from planner.kv_cache import load_tier_specs
+    from planner.physics.kv_cache import load_tier_specs
 
     assert {t.id for t in load_tier_specs()} == {"hbm", "host-dram", "local-flash", "remote-storage"}
     for name in ("kv_tiers.yaml", "sources.yaml"):
@@ -109,7 +109,7 @@ def test_claim_9_reload_times_by_hand(hw):
     of four GB200s: from host DRAM over NVLink-C2C at 450 GB/s per GPU; from local flash at one
     6.6 GB/s NVMe drive per GPU; from remote object storage at 0.64 of a 50 GB/s NIC (S3 throughput
     measured on a 100 Gb/s instance) after a 50 ms first byte."""
-    from planner.kv_cache import reload_s
+    from planner.physics.kv_cache import reload_s
 
     prefix = 30720 * 35136
     tiers = {t.id: t for t in tiers_for(hw.accelerators["gb200"])}
@@ -202,7 +202,7 @@ def test_disaggregated_exports_name_the_transfer_flags():
 
 
 def _sheet(name):
-    from planner.prices import load_price_sheet
+    from planner.studies.prices import load_price_sheet
 
     return load_price_sheet(EXAMPLES / "prices" / f"{name}.yaml")
 
@@ -212,8 +212,8 @@ def test_claim_7_read_backwards_a_200k_price_step_means_about_2_kb_per_token():
     S* = 2 N_active BW / (F kv) with F/BW = 2,500 TFLOP/s / 8 TB/s = 312.5 (GB200, bf16) and the
     lecture's ~100B active parameters gives kv = 2e11 / (312.5 x 2e5) = 3,200 bytes per token:
     about 2-3 KB, a cache far smaller than a plain GQA model's (DeepSeek-V3's MLA: 70 KB in bf16)."""
-    from planner.prices import read_prices
-    from planner.roofline import kv_compute_crossover_context_tokens
+    from planner.studies.prices import read_prices
+    from planner.physics.roofline import kv_compute_crossover_context_tokens
 
     reading = read_prices(_sheet("gemini-2.5-pro"), accelerator_id="gb200", precision="bf16", active_params=1e11)
     assert reading.implied_kv_bytes_per_token == pytest.approx(2e11 / (2500 / 8 * 2e5))
@@ -225,7 +225,7 @@ def test_claim_7_read_backwards_a_200k_price_step_means_about_2_kb_per_token():
 def test_claim_8_read_backwards_output_five_times_input_means_memory_bound():
     """Claude Sonnet: $15 output vs $3 input. A decode token then occupies 5x a prefill token's
     accelerator time: decode runs near 1/5 of the compute roofline."""
-    from planner.prices import read_prices
+    from planner.studies.prices import read_prices
 
     reading = read_prices(_sheet("claude-sonnet"))
     assert reading.memory_bound_factor == pytest.approx(5.0)
@@ -238,7 +238,7 @@ def test_claim_9_read_backwards_five_minutes_in_dram_an_hour_in_flash():
     2e11 FLOPs / (2,500 TFLOP/s x 0.729) x $4.50/h = $1.37e-7 per token) and DeepSeek-V3's 70 KB
     per token, HBM breaks even after 4.8 min, host DRAM after 30 min, flash after 18 h: a 5-minute
     option fits host DRAM (HBM is already dearer), a 1-hour option fits flash."""
-    from planner.prices import read_prices
+    from planner.studies.prices import read_prices
 
     reading = read_prices(_sheet("claude-sonnet"), active_params=1e11)
     assert dict(reading.implied_tiers) == {300.0: "host-dram", 3600.0: "local-flash"}
@@ -248,7 +248,7 @@ def test_claim_11_inference_balances_pretraining_about_100x_past_chinchilla():
     """50M tokens/s for 60 days = 2.592e14 inference tokens. Equal FLOPs (6 N D_pre = 2 N D_inf)
     gives D_pre = 8.64e13; for ~100B active parameters Chinchilla-optimal is 2e12, so 43x; for
     DeepSeek-V3's 37B active, 118x. The pipeline bubble of PP8 with 32 micro-batches is 7/39."""
-    from planner.lifecycle import TrainingLayout, lifecycle, pipeline_bubble_fraction
+    from planner.studies.lifecycle import TrainingLayout, lifecycle, pipeline_bubble_fraction
 
     assert pipeline_bubble_fraction(8, 32) == pytest.approx(7 / 39)
     layout = TrainingLayout("gb200", 8192, 2500e12 * 0.729, 4.5, 8, 32)

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from planner.cli import main
+from planner.cli.main import main
 from planner.paths import data_dir
-from planner.plan_report import solve_record
-from planner.problem import load_problem, parse_problem, resolve_problem
-from planner.solve import solve
-from planner.validate import check_plan, score_plan
+from planner.output.plan_report import solve_record
+from planner.problem.spec import load_problem, parse_problem, resolve_problem
+from planner.solver.solve import solve
+from planner.output.validate import check_plan, score_plan
 
 FEASIBLE = sorted(p for p in data_dir("problems").glob("*.yaml") if not p.stem.startswith("infeasible"))
 
@@ -155,7 +155,7 @@ def test_cli_solve_writes_the_documented_json(tmp_path):
 
 
 def test_groups_span_domains_only_when_allowed_and_then_pay_scale_out():
-    from planner.solve import prepare
+    from planner.solver.solve import prepare
 
     found = {}
     for allowed in (False, True):

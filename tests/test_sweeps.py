@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from planner.cli import main
+from planner.cli.main import main
 from planner.errors import PlannerInputError
 from planner.paths import data_dir
-from planner.problem import load_problem, resolve_problem
-from planner.solve import prepare, solve_data
-from planner.sweeps import (
+from planner.problem.spec import load_problem, resolve_problem
+from planner.solver.solve import prepare, solve_data
+from planner.studies.sweeps import (
     _one_workload,
     _with_tpot_limit,
     batch_curve,
@@ -58,7 +58,7 @@ def test_compare_with_a_demand_names_the_cheapest_fleet_too(capsys):
     hour than the NVL576 replica that is cheapest per token at full use; the summary must say both."""
     from rich.console import Console
 
-    from planner.sweep_report import render_compare
+    from planner.output.sweep_report import render_compare
 
     rows = compare_racks(_problem("kimi-k2-hgx-h100"), ["gb300-nvl72", "rubin-ultra-nvl576"])
     assert all(r.demand_output_tokens_per_s == 3000 for r in rows)

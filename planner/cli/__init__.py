@@ -1,0 +1,1 @@
+"""The command line: parser and one handler per command."""

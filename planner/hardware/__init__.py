@@ -1,0 +1,1 @@
+"""The hardware: accelerator and rack catalogs with their sources, and the cluster graph of each rack."""

@@ -1,0 +1,1 @@
+"""What users read and run: tables, JSON records, charts, the independent plan check and engine exports."""

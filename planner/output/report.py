@@ -1,0 +1,171 @@
+"""Rendering of estimates: a JSON-ready record (SI units) and rich terminal tables."""
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from planner.physics.deployment import ServingRole
+from planner.physics.estimate import Estimate
+from planner.physics.roofline import StepTime
+from planner.units import format_bytes, format_rate, format_seconds, format_usd
+
+__all__ = ["estimate_record", "render_estimate", "step_record"]
+
+
+def step_record(step: StepTime) -> dict[str, float | str]:
+    return {
+        "compute": step.compute_s,
+        "weights": step.weights_s,
+        "kv": step.kv_s,
+        "comm": step.comm_s,
+        "total": step.total_s,
+    }
+
+
+def estimate_record(e: Estimate) -> dict:
+    """Every figure of an estimate, SI units, keys named with their unit."""
+    inp, mem = e.inputs, e.memory
+    prec = inp.precisions
+    return {
+        "model": inp.arch.id,
+        "rack": inp.rack.id,
+        "accelerator": inp.rack.accelerator.id,
+        "layout": {"tp": inp.layout.tp, "ep": inp.layout.ep, "pp": inp.layout.pp, "dp_attn": inp.layout.dp_attn,
+                   "expert_tp": inp.layout.expert_tp},
+        "accelerators": e.n_accelerators,
+        "batch_per_replica": inp.batch_per_replica,
+        "input_tokens": inp.input_tokens,
+        "output_tokens": inp.output_tokens,
+        "precisions": {"weights": str(prec.weights), "expert_weights": str(prec.expert_weights or prec.weights),
+                       "kv_cache": str(prec.kv_cache), "activations": str(prec.activations), "compute": str(prec.compute)},
+        "role": str(inp.role),
+        "tpot_s": e.tpot_s,
+        "ttft_s": e.ttft_s,
+        "prefill_latency_s": e.prefill_latency_s,
+        "queue_wait_s": e.queue_wait_s,
+        "cache_hit_latency_s": e.cache_hit_latency_s,
+        "output_tokens_per_s_per_replica": e.sustained_output_tokens_per_s,
+        "output_tokens_per_s_per_accelerator": e.output_tokens_per_s_per_accelerator,
+        "input_tokens_per_s_per_replica": e.sustained_input_tokens_per_s,
+        "decode_only_tokens_per_s_per_replica": e.decode_tokens_per_s,
+        "prefill_only_tokens_per_s_per_replica": e.prefill_tokens_per_s,
+        "prefill_tokens_per_step": e.prefill_riders_per_step,
+        "prompt_cache": None if inp.prefix_cache is None else {
+            "tier": inp.prefix_cache.tier.id, "hit_rate": inp.prefix_cache.hit_rate, "prefix_tokens": inp.prefix_cache.prefix_tokens,
+            "retention_s": inp.prefix_cache.retention_s, "bytes_per_accelerator": e.prompt_cache_bytes_per_accelerator,
+            "storage_usd_per_hour": e.storage_usd_per_hour},
+        "requests_per_s_per_replica": e.requests_per_s,
+        "usd_per_hour_per_replica": e.usd_per_hour,
+        "usd_per_million_output_tokens_all_in": e.usd_per_million_output_tokens_all_in,
+        "usd_per_million_output_tokens": e.usd_per_million_output_tokens,
+        "usd_per_million_input_tokens": e.usd_per_million_input_tokens,
+        "usd_per_request": e.usd_per_request,
+        "step_time_s": step_record(e.serving_step),
+        "decode_only_step_time_s": step_record(e.decode_step),
+        "dominant_term": e.serving_step.dominant_term,
+        "bound": e.serving_step.bound,
+        "prefill_chunk_step_time_s": step_record(e.prefill_chunk_step),
+        "memory_bytes_per_accelerator": {
+            "weights": mem.weights_bytes,
+            "kv": mem.kv_bytes,
+            "activations": mem.activations_bytes,
+            "capacity": mem.capacity_bytes,
+            "free": mem.free_bytes,
+        },
+        "hbm_fill_fraction": mem.fill_fraction,
+        "fits_hbm": mem.fits,
+        "expert_touch_fraction": e.expert_touch_fraction,
+        "links": {
+            "tp_link_kind": e.links.tp.link_kind,
+            "tp_injection_bytes_per_s": e.links.tp.injection_bytes_per_s,
+            "stage_link_kind": e.links.stage.link_kind,
+            "stage_injection_bytes_per_s": e.links.stage.injection_bytes_per_s,
+            "stage_bisection_bytes_per_s": e.links.stage.bisection_bytes_per_s,
+            "pp_bandwidth_bytes_per_s": e.links.pp_bandwidth_bytes_per_s if e.inputs.layout.pp > 1 else None,
+            "scale_up_domains": e.links.n_scale_up_domains,
+        },
+        "assumptions": list(e.assumptions),
+    }
+
+
+def _step_table(title: str, step: StepTime) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("term")
+    table.add_column("time", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("")
+    total = step.total_s
+    dominant = step.dominant_term
+    for name, value in (("compute", step.compute_s), ("weights fetch", step.weights_s), ("KV fetch", step.kv_s), ("communication", step.comm_s)):
+        mark = "<- dominant" if name.split()[0].lower().startswith(dominant) else ""
+        table.add_row(name, format_seconds(value), f"{value / total:.0%}" if total else "-", mark)
+    rule = f"max(compute, weights+KV) + comm = {format_seconds(total)}" if step.overlap == "serial" else f"max(compute, weights+KV, comm) = {format_seconds(total)}"
+    table.add_row("[bold]step[/bold]", f"[bold]{format_seconds(total)}[/bold]", "", f"{step.bound}-bound; {rule}")
+    return table
+
+
+def render_estimate(e: Estimate, console: Console) -> None:
+    inp, mem = e.inputs, e.memory
+    accel = inp.rack.accelerator
+    console.print(
+        f"[bold]{escape(inp.arch.name)}[/bold] on [bold]{escape(inp.rack.name)}[/bold]: {inp.layout.describe()}, "
+        f"batch {inp.batch_per_replica}, {inp.input_tokens} in / {inp.output_tokens} out tokens, "
+        f"weights {inp.precisions.weights}, KV {inp.precisions.kv_cache}, compute {inp.precisions.compute}"
+    )
+    if inp.role is ServingRole.AGGREGATED:
+        console.print(_step_table(f"Decode step with prefill riding along ({e.prefill_riders_per_step * inp.layout.pp:,.0f} prompt tokens "
+                                  "per step): time per output token, all pipeline stages", e.serving_step))
+        console.print(f"A decode-only step would take {format_seconds(e.decode_step.total_s)} "
+                      f"({e.decode_step.dominant_term} dominant); the prompts add "
+                      f"{format_seconds(e.serving_step.total_s - e.decode_step.total_s)} to every token (prefill interference).")
+    elif inp.role is ServingRole.PREFILL:
+        console.print(_step_table("Prefill replica: one prefill chunk through the slowest stage (chunk size under Assumptions)",
+                                  e.prefill_chunk_step))
+        console.print(f"Prompts back to back: {format_rate(e.prefill_tokens_per_s)} prompt tokens per replica; the KV cache of each "
+                      "prompt then leaves for a decode replica (`planner solve` costs that hand-off and the decode join).")
+    else:
+        console.print(_step_table("Decode replica: pure decode step, time per output token (all pipeline stages)", e.decode_step))
+    latency = Table(title="Latency", title_justify="left")
+    latency.add_column("figure")
+    latency.add_column("value", justify="right")
+    if inp.role is not ServingRole.PREFILL:
+        latency.add_row("TPOT (time per output token)", format_seconds(e.tpot_s))
+    latency.add_row("TTFT (time to first token)" if inp.role is ServingRole.AGGREGATED else "TTFT in this replica", format_seconds(e.ttft_s))
+    queue_label = {ServingRole.AGGREGATED: "  queueing (2 departures)", ServingRole.PREFILL: "  queueing (the prompt ahead)",
+                   ServingRole.DECODE: "  joining the next decode step"}[inp.role]
+    latency.add_row(queue_label, format_seconds(e.queue_wait_s))
+    if inp.role is not ServingRole.DECODE:
+        latency.add_row("  prefill of a whole prompt" if e.cache_hit_latency_s else "  prefill", format_seconds(e.prefill_latency_s))
+        if e.cache_hit_latency_s:
+            latency.add_row("  a cache hit: reload + rest of the prompt", format_seconds(e.cache_hit_latency_s))
+    console.print(latency)
+    memory = Table(title=f"HBM per accelerator ({accel.id}, {format_bytes(mem.capacity_bytes)})", title_justify="left")
+    memory.add_column("use")
+    memory.add_column("bytes", justify="right")
+    memory.add_column("share", justify="right")
+    for name, value in (("weights", mem.weights_bytes), ("KV cache", mem.kv_bytes), ("activations + reserves", mem.activations_bytes)):
+        memory.add_row(name, format_bytes(value), f"{value / mem.capacity_bytes:.0%}")
+    status = "[green]fits[/green]" if mem.fits else "[red bold]DOES NOT FIT[/red bold]"
+    memory.add_row("[bold]total[/bold]", f"[bold]{format_bytes(mem.used_bytes)}[/bold]", f"[bold]{mem.fill_fraction:.0%}[/bold]", status)
+    console.print(memory)
+    money = Table(title="Throughput and cost", title_justify="left")
+    money.add_column("figure")
+    money.add_column("value", justify="right")
+    money.add_row("output tokens/s per replica (sustained)", format_rate(e.sustained_output_tokens_per_s))
+    money.add_row("output tokens/s per accelerator", format_rate(e.output_tokens_per_s_per_accelerator))
+    money.add_row("input tokens/s per replica", format_rate(e.sustained_input_tokens_per_s))
+    money.add_row("replica cost", f"{format_usd(e.usd_per_hour)}/h")
+    money.add_row("USD per million output tokens, all in", format_usd(e.usd_per_million_output_tokens_all_in))
+    money.add_row("  a decode token alone", format_usd(e.usd_per_million_output_tokens))
+    money.add_row("  a prefill token alone", format_usd(e.usd_per_million_input_tokens))
+    money.add_row("USD per request", format_usd(e.usd_per_request))
+    console.print(money)
+    if not mem.fits:
+        console.print(
+            f"[red]The replica needs {format_bytes(mem.used_bytes)} per accelerator but {accel.id} has "
+            f"{format_bytes(mem.capacity_bytes)}.[/red] Shard the weights further (raise tp/ep/pp), lower the batch, "
+            "or use narrower weight/KV formats."
+        )
+    console.print("[bold]Assumptions[/bold]")
+    for note in e.assumptions:
+        console.print(f"  - {escape(note)}")

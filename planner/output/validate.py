@@ -1,0 +1,352 @@
+"""Check and score a plan independently of the solver.
+
+`check_plan` re-derives every figure of a plan record (the JSON `planner solve` writes) from the
+problem and the roofline, and reports what does not hold: invalid layouts, HBM overflow, broken
+latency limits, unmet demand, racks over-subscribed, figures that differ from the recomputation
+(a hand-edited or stale plan). `score_plan` recomputes the fleet's cost and throughput.
+"""
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.model.architecture import kv_bytes_per_sequence
+from planner.physics.deployment import Layout, Precisions, ServingRole, layout_issues
+from planner.physics.estimate import DeploymentInputs, estimate
+from planner.physics.kv_cache import cache_use
+from planner.precision import FlopsFormat, Precision
+from planner.problem.spec import ResolvedProblem
+
+__all__ = ["PlanScore", "Violation", "check_plan", "score_plan"]
+
+RELATIVE_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Violation:
+    field: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class PlanScore:
+    usd_per_hour: float
+    accelerators: int
+    output_tokens_per_s: dict[str, float]
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=RELATIVE_TOLERANCE, abs_tol=1e-12)
+
+
+def _inputs(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]) -> DeploymentInputs | None:
+    workloads = {w.name: w for w in resolved.workloads}
+    w = workloads.get(d.get("workload"))
+    if w is None:
+        out.append(Violation(f"{where}.workload", f"unknown workload {d.get('workload')!r}"))
+        return None
+    rack = resolved.hardware.racks.get(d.get("rack"))
+    if rack is None:
+        out.append(Violation(f"{where}.rack", f"unknown rack {d.get('rack')!r}"))
+        return None
+    model = resolved.models[w.model_key]
+    if d.get("model") != model.arch.id:
+        out.append(Violation(f"{where}.model", f"workload {w.name} serves {model.arch.id}, not {d.get('model')!r}"))
+    layout = Layout(tp=int(d["tp"]), ep=int(d["ep"]), pp=int(d["pp"]), dp_attn=int(d["dp_attn"]))
+    issues = layout_issues(model.arch, layout, int(d["batch_per_replica"]), field=where)
+    out.extend(Violation(i.field, i.problem) for i in issues)
+    if issues:
+        return None
+    if layout.stage_size > rack.n_accelerators and not resolved.problem.cluster.allow_spanning_domains:
+        out.append(Violation(f"{where}", f"a stage of {layout.stage_size} accelerators spans {rack.id} domains of "
+                                         f"{rack.n_accelerators}, and the problem does not allow spanning"))
+    p = d["precisions"]
+    precisions = Precisions(Precision(p["weights"]), Precision(p["kv_cache"]), Precision(p["activations"]),
+                            FlopsFormat(p["compute"]), Precision(p["expert_weights"]))
+    options = resolved.problem.solver
+    imbalance, redundant = _expert_figures(resolved, model, layout, d.get("expert_map"), where, out)
+    role = ServingRole(d.get("role", "aggregated"))
+    if role not in w.roles:
+        out.append(Violation(f"{where}.role", f"{role} replicas, but workload {w.name} is served '{w.serving}'"))
+    return DeploymentInputs(model.arch, rack, layout, int(d["batch_per_replica"]), w.input_tokens, w.output_tokens,
+                            precisions, resolved.hardware.overheads, options.overlap, options.prefill_chunk_tokens, (),
+                            imbalance, redundant, role, _cache(w, d, rack, where, out))
+
+
+def _expert_figures(resolved: ResolvedProblem, model, layout: Layout, emap: dict | None, where: str,
+                    out: list[Violation]) -> tuple[float, int]:
+    """Check an expert map and derive from it the redundant copies per rank and the load imbalance
+    it gives on the model's load profile (uniform when the problem gives none); with a previous plan
+    and a move budget, the copies each layer loads onto a rank that did not hold them."""
+    arch = model.arch
+    if not arch.is_moe or layout.ep == 1:
+        return 1.0, 0
+    if emap is None:
+        out.append(Violation(f"{where}.expert_map", f"missing: {arch.id} spreads its experts over {layout.ep} ranks"))
+        return 1.0, 0
+    n_experts, ranks, slots = arch.moe.n_routed_experts, int(emap["n_ranks"]), int(emap["slots_per_rank"])
+    if ranks != layout.ep or slots < n_experts // ranks:
+        out.append(Violation(f"{where}.expert_map", f"{ranks} ranks x {slots} slots cannot hold {n_experts} experts on ep={layout.ep}"))
+        return 1.0, 0
+    rows = emap["physical_to_logical_map"]
+    loads = model.expert_loads if model.expert_loads is not None else np.ones((arch.n_moe_layers, n_experts))
+    moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
+    if len(rows) != arch.n_layers:
+        out.append(Violation(f"{where}.expert_map.physical_to_logical_map", f"{len(rows)} rows for {arch.n_layers} layers"))
+        return 1.0, 0
+    max_sum = mean_sum = 0.0
+    previous = resolved.previous_expert_map(arch.id, ranks, slots)
+    budget = resolved.problem.placement.max_expert_moves_per_layer
+    for k, layer in enumerate(moe_layers):
+        row = [int(e) for e in rows[layer]]
+        field = f"{where}.expert_map.physical_to_logical_map[{layer}]"
+        if len(row) != ranks * slots or any(not 0 <= e < n_experts for e in row):
+            out.append(Violation(field, f"needs {ranks * slots} expert ids in 0..{n_experts - 1}"))
+            continue
+        missing = sorted(set(range(n_experts)) - set(row))
+        if missing:
+            out.append(Violation(field, f"experts {missing[:8]}{'...' if len(missing) > 8 else ''} are not placed"))
+        rank_slices = [row[r * slots:(r + 1) * slots] for r in range(ranks)]
+        if previous is not None and budget is not None:
+            moves = sum(len(set(rank_slices[r]) - set(previous[layer][r * slots:(r + 1) * slots])) for r in range(ranks))
+            if moves > budget:
+                out.append(Violation(field, f"loads {moves} expert copies onto ranks that did not hold them; "
+                                            f"placement.max_expert_moves_per_layer is {budget}"))
+        for r, experts in enumerate(rank_slices):
+            if len(set(experts)) != len(experts):
+                out.append(Violation(field, f"rank {r} holds an expert twice"))
+        copies = np.bincount(row, minlength=n_experts).clip(min=1)
+        rank_loads = [sum(loads[k][e] / copies[e] for e in experts) for experts in rank_slices]
+        max_sum += max(rank_loads)
+        mean_sum += sum(rank_loads) / ranks
+    return (max_sum / mean_sum if mean_sum else 1.0), slots - n_experts // ranks
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """What one deployment contributes to its workload, recomputed."""
+
+    role: ServingRole
+    output_tokens_per_s: float  # made (aggregated, decode) or fed by its prompts (prefill), all replicas
+    ttft_s: float
+    handoff_bytes: float  # a request's prompt KV cache
+    nic_bytes_per_s: float  # one replica's achievable scale-out bandwidth
+
+
+def _cache(w, d: dict, rack, where: str, out: list[Violation]):
+    """The prompt cache a plan entry says it uses, checked against the workload's request."""
+    tier = d.get("kv_tier")
+    if tier is None:
+        return None
+    if w.prefix_cache is None:
+        out.append(Violation(f"{where}.kv_tier", f"{tier!r}, but workload {w.name} declares no prefix_cache"))
+        return None
+    if w.prefix_cache.tier not in ("auto", tier):
+        out.append(Violation(f"{where}.kv_tier", f"{tier!r}, but the workload asks for {w.prefix_cache.tier!r}"))
+    try:
+        return cache_use(w.prefix_cache, tier, rack.accelerator)
+    except ValueError as exc:
+        out.append(Violation(f"{where}.kv_tier", str(exc)))
+        return None
+
+
+def _check_deployment(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]) -> _Checked | None:
+    """Checks of one deployment; returns what it contributes to its workload."""
+    inp = _inputs(resolved, d, where, out)
+    if inp is None:
+        return None
+    e = estimate(inp)
+    w = next(w for w in resolved.workloads if w.name == d["workload"])
+    if not e.memory.fits:
+        out.append(Violation(where, f"needs {e.memory.used_bytes:.4g} B of HBM per accelerator, {inp.rack.accelerator.id} has "
+                                    f"{e.memory.capacity_bytes:.4g} B"))
+    if inp.role is not ServingRole.PREFILL and w.tpot_limit_s is not None and e.tpot_s > w.tpot_limit_s * (1 + RELATIVE_TOLERANCE):
+        out.append(Violation(where, f"TPOT {e.tpot_s:.4g} s exceeds the limit {w.tpot_limit_s:.4g} s"))
+    if inp.role is ServingRole.AGGREGATED and w.ttft_limit_s is not None and e.ttft_s > w.ttft_limit_s * (1 + RELATIVE_TOLERANCE):
+        out.append(Violation(where, f"TTFT {e.ttft_s:.4g} s exceeds the limit {w.ttft_limit_s:.4g} s"))
+    for name, value in (("tpot_s", e.tpot_s), ("ttft_s", e.ttft_s), ("output_tokens_per_s_per_accelerator", e.output_tokens_per_s_per_accelerator)):
+        if name in d and not _close(float(d[name]), value):
+            out.append(Violation(f"{where}.{name}", f"says {d[name]:.6g}, the roofline gives {value:.6g}"))
+    if int(d.get("accelerators", 0)) != int(d["replicas"]) * inp.layout.n_accelerators:
+        out.append(Violation(f"{where}.accelerators", f"{d.get('accelerators')} != replicas x {inp.layout.n_accelerators}"))
+    accel = inp.rack.accelerator
+    handoff = float(np.sum(kv_bytes_per_sequence(inp.arch, inp.prefilled_tokens, inp.precisions.kv_bytes)))
+    nic = inp.layout.n_accelerators * accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction
+    if inp.role is ServingRole.DECODE and e.requests_per_s * handoff > nic * (1 + RELATIVE_TOLERANCE):
+        out.append(Violation(where, f"receives {e.requests_per_s * handoff:.4g} B/s of KV caches, its NICs carry {nic:.4g} B/s"))
+    return _Checked(inp.role, int(d["replicas"]) * w.output_tokens / e.replica_seconds_per_request, e.ttft_s, handoff, nic)
+
+
+def _check_racks(resolved: ResolvedProblem, deployments: list[dict], out: list[Violation]) -> None:
+    """First-fit-decreasing placement of every pipeline stage into the fleet's racks, each rack with
+    its available accelerators (a necessary condition; `placement` checks the concrete blocks)."""
+    for rack, count in resolved.rack_counts:
+        if count is None:
+            continue
+        stages = []
+        for d in deployments:
+            if d.get("rack") == rack.id:
+                size = int(d["tp"]) * int(d["dp_attn"])
+                stages += [size] * (int(d["replicas"]) * int(d["pp"]))
+        whole = sum(math.ceil(s / rack.n_accelerators) for s in stages if s > rack.n_accelerators)
+        broken = resolved.unavailable.get(rack.id, {})
+        perfect = [i for i in range(count) if not broken.get(i)]
+        fits = whole <= len(perfect)  # a stage of whole racks needs racks with every accelerator available
+        kept = set(perfect[whole:]) | {i for i in range(count) if broken.get(i)}
+        free = [rack.n_accelerators - len(broken.get(i, ())) for i in sorted(kept)]
+        for size in sorted((s for s in stages if s <= rack.n_accelerators), reverse=True):
+            slot = next((i for i, room in enumerate(free) if room >= size), None) if fits else None
+            if slot is None:
+                fits = False
+                break
+            free[slot] -= size
+        if not fits:
+            down = sum(len(b) for b in broken.values())
+            out.append(Violation(f"racks[{rack.id}]", f"the plan's {len(stages)} pipeline stages ({sum(stages)} accelerators) do not "
+                                                      f"fit {count} x {rack.id}" + (f" with {down} accelerators unavailable" if down else "")))
+
+
+def _parse_node(name: str) -> tuple[str, int, int] | None:
+    rack_id, _, rest = str(name).partition("#")
+    instance, _, index = rest.partition("/")
+    return (rack_id, int(instance), int(index)) if instance.isdigit() and index.isdigit() else None
+
+
+def _check_roles(d: dict, where: str, rack, out: list[Violation]) -> None:
+    """Ranks follow from positions; stages sit in one rack; layer ranges partition the model."""
+    tp, dp, ep, pp = (int(d[k]) for k in ("tp", "dp_attn", "ep", "pp"))
+    stage_size, expert_tp = tp * dp, tp * dp // max(1, ep)
+    by_stage: dict[tuple[int, int], list[dict]] = {}
+    for role in d["placement"]:
+        by_stage.setdefault((int(role["replica"]), int(role["stage"])), []).append(role)
+    for (replica, stage), roles in sorted(by_stage.items()):
+        place = f"{where}.placement (replica {replica}, stage {stage})"
+        if len(roles) != stage_size:
+            out.append(Violation(place, f"{len(roles)} accelerators, the layout needs {stage_size}"))
+            continue
+        racks = {r["accelerator"].rsplit("/", 1)[0] for r in roles}
+        if len(racks) > 1 and stage_size <= rack.n_accelerators:
+            out.append(Violation(place, f"a stage of {stage_size} spans racks {sorted(racks)}: its groups would leave the scale-up domain"))
+        for k, role in enumerate(roles):
+            expected = (k % tp, k // tp, k // expert_tp if ep > 1 else None)
+            got = (role.get("tp_rank"), role.get("dp_rank"), role.get("ep_rank"))
+            if got != expected:
+                out.append(Violation(f"{place}[{k}]", f"ranks (tp, dp, ep) are {got}, position {k} means {expected}"))
+    for replica in sorted({r for r, _ in by_stage}):
+        ranges = sorted(tuple(by_stage[(replica, s)][0]["layers"]) for s in range(pp) if (replica, s) in by_stage)
+        n_layers = d["_n_layers"]
+        ok = len(ranges) == pp and ranges[0][0] == 0 and ranges[-1][1] == n_layers and all(
+            a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(ranges)) and ranges[-1][0] < ranges[-1][1]
+        if not ok:
+            out.append(Violation(f"{where}.placement (replica {replica})", f"stage layer ranges {ranges} do not cover layers 0..{n_layers - 1} in order"))
+
+
+def _check_placement(resolved: ResolvedProblem, deployments: list[dict], out: list[Violation]) -> None:
+    """Accelerators exist in the fleet, are available, and are used once; roles are consistent."""
+    counts = {rack.id: (rack, count) for rack, count in resolved.rack_counts}
+    used: dict[str, str] = {}
+    for i, d in enumerate(deployments):
+        where = f"deployments[{i}]"
+        if "placement" not in d:
+            out.append(Violation(f"{where}.placement", "missing: the plan has no accelerator placement"))
+            continue
+        rack, count = counts.get(d.get("rack"), (None, None))
+        if rack is None:
+            continue
+        expected = int(d["replicas"]) * int(d["tp"]) * int(d["dp_attn"]) * int(d["pp"])
+        if len(d["placement"]) != expected:
+            out.append(Violation(f"{where}.placement", f"{len(d['placement'])} entries, replicas x accelerators is {expected}"))
+        for k, role in enumerate(d["placement"]):
+            node = _parse_node(role.get("accelerator"))
+            field = f"{where}.placement[{k}].accelerator"
+            if node is None or node[0] != rack.id:
+                out.append(Violation(field, f"{role.get('accelerator')!r} is not a {rack.id} accelerator name (<rack>#<instance>/<index>)"))
+                continue
+            _, instance, index = node
+            if (count is not None and instance >= count) or index >= rack.n_accelerators:
+                out.append(Violation(field, f"{role['accelerator']!r} is not in the fleet ({count if count is not None else 'unlimited'} x "
+                                            f"{rack.id}, {rack.n_accelerators} accelerators each)"))
+            elif index in resolved.unavailable.get(rack.id, {}).get(instance, ()):
+                out.append(Violation(field, f"{role['accelerator']!r} is marked unavailable"))
+            if role["accelerator"] in used:
+                out.append(Violation(field, f"{role['accelerator']!r} is already used by {used[role['accelerator']]}"))
+            used[role["accelerator"]] = f"{where} replica {role.get('replica')}"
+        model = resolved.models.get(next((w.model_key for w in resolved.workloads if w.name == d.get("workload")), ""), None)
+        if model is not None:
+            _check_roles({**d, "_n_layers": model.arch.n_layers}, where, rack, out)
+
+
+def check_plan(resolved: ResolvedProblem, record: dict, placement: bool = False) -> list[Violation]:
+    """Every way `record` fails the problem (empty: the plan is valid). With `placement`, also the
+    accelerator placement and expert maps."""
+    out: list[Violation] = []
+    deployments = record.get("deployments") or []
+    checked: dict[str, list[_Checked]] = {}
+    for i, d in enumerate(deployments):
+        try:
+            found = _check_deployment(resolved, d, f"deployments[{i}]", out)
+        except (KeyError, TypeError, ValueError) as exc:
+            out.append(Violation(f"deployments[{i}]", f"malformed entry ({exc})"))
+            continue
+        if found is not None:
+            checked.setdefault(d.get("workload"), []).append(found)
+    for w in resolved.workloads:
+        mine = checked.get(w.name, [])
+        if not mine:
+            out.append(Violation(f"workload {w.name}", "has no deployment"))
+            continue
+        _check_workload(w, mine, out)
+    _check_racks(resolved, deployments, out)
+    if placement:
+        try:
+            _check_placement(resolved, deployments, out)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            out.append(Violation("placement", f"malformed entry ({exc})"))
+    return out
+
+
+def _check_workload(w, mine: list[_Checked], out: list[Violation]) -> None:
+    """Demand, the serving mode's shape, and the TTFT of every prefill-decode pair."""
+    roles = {c.role for c in mine}
+    served = sum(c.output_tokens_per_s for c in mine if c.role is not ServingRole.PREFILL)
+    fed = sum(c.output_tokens_per_s for c in mine if c.role is ServingRole.PREFILL)
+    if ServingRole.AGGREGATED in roles and len(roles) > 1:
+        out.append(Violation(f"workload {w.name}", "mixes aggregated replicas with prefill/decode pools"))
+    split = roles & {ServingRole.PREFILL, ServingRole.DECODE}
+    if split and split != {ServingRole.PREFILL, ServingRole.DECODE}:
+        out.append(Violation(f"workload {w.name}", f"has {', '.join(sorted(split))} replicas only: pools need both prefill and decode"))
+    if w.output_tokens_per_s is not None:
+        if served < w.output_tokens_per_s * (1 - RELATIVE_TOLERANCE):
+            out.append(Violation(f"workload {w.name}", f"serves {served:.6g} output tokens/s of the {w.output_tokens_per_s:.6g} demanded"))
+        if ServingRole.PREFILL in roles and fed < w.output_tokens_per_s * (1 - RELATIVE_TOLERANCE):
+            out.append(Violation(f"workload {w.name}", f"its prefill pool keeps up with {fed:.6g} output tokens/s of the "
+                                                       f"{w.output_tokens_per_s:.6g} demanded"))
+    if w.ttft_limit_s is not None:
+        for p in (c for c in mine if c.role is ServingRole.PREFILL):
+            for q in (c for c in mine if c.role is ServingRole.DECODE):
+                ttft = p.ttft_s + p.handoff_bytes / min(p.nic_bytes_per_s, q.nic_bytes_per_s) + q.ttft_s
+                if ttft > w.ttft_limit_s * (1 + RELATIVE_TOLERANCE):
+                    out.append(Violation(f"workload {w.name}", f"a prefill-decode pair gives TTFT {ttft:.4g} s (prefill, KV hand-off "
+                                                               f"over the NICs, decode join), over the limit {w.ttft_limit_s:.4g} s"))
+
+
+def score_plan(resolved: ResolvedProblem, record: dict) -> PlanScore:
+    """Cost and throughput of a plan recomputed from the catalog and the roofline."""
+    usd, accelerators, served = 0.0, 0, {}
+    for d in record.get("deployments") or []:
+        inp = _inputs(resolved, d, "deployment", [])
+        if inp is None:
+            continue
+        replicas = int(d["replicas"])
+        e = estimate(inp)
+        usd += replicas * e.usd_per_hour  # accelerators at catalog prices, plus a prompt cache held outside HBM
+        accelerators += replicas * inp.layout.n_accelerators
+        if inp.role is ServingRole.PREFILL:
+            continue
+        served[d["workload"]] = served.get(d["workload"], 0.0) + replicas * inp.output_tokens / e.replica_seconds_per_request
+    return PlanScore(usd, accelerators, served)

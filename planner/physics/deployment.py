@@ -1,0 +1,134 @@
+"""A fixed deployment of one replica: parallel layout, batch, precisions, and the rules a layout
+must satisfy for a given model."""
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from planner.model.architecture import AttentionKind, ModelArch
+from planner.errors import InputIssue
+from planner.precision import FlopsFormat, Precision, bytes_per_value
+
+__all__ = ["Layout", "Precisions", "ServingRole", "layout_issues"]
+
+
+class ServingRole(StrEnum):
+    """What a replica does with a request.
+
+    aggregated: prefills and decodes its own requests; prefill chunks ride in the decode steps
+      (mixed batches), so prefill work lengthens every step a user waits for.
+    prefill: only prefills prompts and hands their KV cache to a decode replica.
+    decode: only decodes; its requests arrive with their KV cache from a prefill replica.
+    """
+
+    AGGREGATED = "aggregated"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    """How one replica is split over accelerators.
+
+    Each of `pp` pipeline stages holds `tp * dp_attn` accelerators. Attention (and every dense
+    weight) is tensor-parallel over `tp` and replicated over `dp_attn` data-parallel attention ranks,
+    each serving its own share of the batch. Routed experts are spread over `ep` expert-parallel
+    ranks of `expert_tp = tp * dp_attn / ep` accelerators each (tensor-parallel inside an expert).
+    """
+
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    dp_attn: int = 1
+
+    @property
+    def stage_size(self) -> int:
+        return self.tp * self.dp_attn
+
+    @property
+    def expert_tp(self) -> int:
+        return self.stage_size // self.ep
+
+    @property
+    def n_accelerators(self) -> int:
+        return self.stage_size * self.pp
+
+    def describe(self) -> str:
+        parts = [f"TP{self.tp}"]
+        if self.dp_attn > 1:
+            parts.append(f"DPattn{self.dp_attn}")
+        if self.ep > 1:
+            parts.append(f"EP{self.ep}")
+        if self.pp > 1:
+            parts.append(f"PP{self.pp}")
+        return " x ".join(parts) + f" = {self.n_accelerators} accelerator{'s' if self.n_accelerators > 1 else ''}"
+
+    @staticmethod
+    def with_default_dp_attn(tp: int, ep: int, pp: int) -> "Layout":
+        """Attention data-parallel ranks that make the stage as wide as the expert-parallel group."""
+        return Layout(tp=tp, ep=ep, pp=pp, dp_attn=ep // tp if ep > tp and ep % tp == 0 else 1)
+
+
+@dataclass(frozen=True)
+class Precisions:
+    """Storage formats and the tensor-core format matmuls run in."""
+
+    weights: Precision
+    kv_cache: Precision
+    activations: Precision
+    compute: FlopsFormat
+    expert_weights: Precision | None = None  # default: same as weights
+
+    @property
+    def weight_bytes(self) -> float:
+        return bytes_per_value(self.weights)
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        return bytes_per_value(self.expert_weights or self.weights)
+
+    @property
+    def kv_bytes(self) -> float:
+        return bytes_per_value(self.kv_cache)
+
+    @property
+    def activation_bytes(self) -> float:
+        return bytes_per_value(self.activations)
+
+
+def layout_issues(arch: ModelArch, layout: Layout, batch_per_replica: int, field: str = "layout") -> list[InputIssue]:
+    """Every reason `layout` cannot serve `arch` with this batch (empty list: the layout is valid)."""
+    issues = []
+    att = arch.attention
+    for name in ("tp", "ep", "pp", "dp_attn"):
+        if getattr(layout, name) < 1:
+            issues.append(InputIssue(f"{field}.{name}", "must be at least 1", f"set {name} to 1 or more"))
+    if issues:
+        return issues
+    if att.n_heads % layout.tp:
+        issues.append(InputIssue(f"{field}.tp", f"{arch.id} has {att.n_heads} attention heads, not divisible by tp={layout.tp}",
+                                 "use a tp that divides the head count"))
+    if att.kind is AttentionKind.GQA and att.n_kv_heads % layout.tp and layout.tp % att.n_kv_heads:
+        issues.append(InputIssue(f"{field}.tp", f"tp={layout.tp} neither divides nor is a multiple of the {att.n_kv_heads} KV heads",
+                                 "use a tp that divides the KV-head count, or a multiple of it"))
+    if not arch.is_moe:
+        if layout.ep > 1:
+            issues.append(InputIssue(f"{field}.ep", f"{arch.id} is dense: it has no experts to spread", "use ep=1"))
+        if layout.dp_attn > 1:
+            issues.append(InputIssue(f"{field}.dp_attn", "attention data parallelism only pays for MoE models",
+                                     "use dp_attn=1 and more replicas instead"))
+    else:
+        if arch.moe.n_routed_experts % layout.ep:
+            issues.append(InputIssue(f"{field}.ep", f"{arch.moe.n_routed_experts} experts do not split evenly over ep={layout.ep}",
+                                     "use an ep that divides the expert count"))
+        if layout.stage_size % layout.ep:
+            issues.append(InputIssue(f"{field}.ep", f"ep={layout.ep} does not divide the stage's {layout.stage_size} accelerators (tp x dp_attn)",
+                                     "make tp * dp_attn a multiple of ep"))
+    if layout.pp > arch.n_layers:
+        issues.append(InputIssue(f"{field}.pp", f"pp={layout.pp} exceeds the {arch.n_layers} layers", "use at most one stage per layer"))
+    if batch_per_replica < 1:
+        issues.append(InputIssue(f"{field}.batch", "batch must be at least 1", "use a positive batch"))
+    elif batch_per_replica % (layout.pp * layout.dp_attn):
+        issues.append(InputIssue(f"{field}.batch", f"batch {batch_per_replica} does not split into pp x dp_attn = "
+                                 f"{layout.pp * layout.dp_attn} equal micro-batches",
+                                 f"use a multiple of {layout.pp * layout.dp_attn}"))
+    return issues

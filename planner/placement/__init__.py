@@ -1,0 +1,1 @@
+"""Where everything runs: pipeline stages on concrete accelerators and experts on ranks."""

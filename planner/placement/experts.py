@@ -1,0 +1,446 @@
+"""Expert placement: each MoE layer's experts onto its expert-parallel ranks.
+
+Given a per-layer, per-expert load profile (a file, a synthetic skewed profile, or uniform), for
+every MoE layer:
+
+Step 1 gives each redundant slot to the expert with the highest load per copy (EPLB's replication).
+Step 2 packs the copies onto ranks largest first, each into the least-loaded rank with a free slot
+       that does not already hold that expert (longest-processing-time with a slot cap).
+Step 3 swaps copies between the hottest rank and the others while that lowers the maximum
+       (cpsat.md section 6.4: within ~0.4% of the bound in tens of milliseconds).
+Step 4 (method "cpsat") hands the result to CP-SAT as a complete hint, with symmetry breaking, to
+       improve it or prove it within a time limit.
+
+Given the placement a running deployment already has (`previous`), the ranks of the new placement are
+relabelled to keep as many expert copies where they are as possible (an assignment problem), and the
+copies loaded onto a rank that did not hold them are counted as moves. With a move budget per layer,
+a placement over budget is replaced by a repair of the previous one (surplus copies dropped, missing
+copies added) improved by swaps that stay within the budget, and CP-SAT (method "cpsat") minimises the
+maximum load under the budget as a side constraint.
+
+Loads are relative (any unit). The lower bound per layer is max(total / ranks, max load per copy).
+"""
+
+import heapq
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from planner.model.architecture import ModelArch
+
+__all__ = ["ExpertPlacement", "LayerPlacement", "count_moves", "eplb_baseline", "load_profile", "max_overlap_assignment",
+           "place_experts", "synthetic_profile"]
+
+SWAP_TIME_LIMIT_S = 0.25  # per layer
+CPSAT_LOAD_RESOLUTION = 1e-6  # loads are scaled to integers of this share of a layer's total
+
+
+@dataclass(frozen=True)
+class LayerPlacement:
+    """One MoE layer: `slots[r]` lists the logical experts rank r holds (copies count once each)."""
+
+    layer: int  # index among the model's layers
+    slots: tuple[tuple[int, ...], ...]
+    copies: tuple[int, ...]  # copies of each logical expert
+    rank_loads: tuple[float, ...]
+    lower_bound: float
+    proven_optimal: bool = False  # CP-SAT proved no placement with these copies has a lower maximum
+    moves: int | None = None  # expert copies loaded onto a rank that did not hold them (None: no previous placement)
+
+    @property
+    def max_load(self) -> float:
+        return max(self.rank_loads)
+
+    @property
+    def mean_load(self) -> float:
+        return sum(self.rank_loads) / len(self.rank_loads)
+
+    @property
+    def imbalance(self) -> float:
+        """max / mean load per rank (1.0 = perfectly balanced)."""
+        return self.max_load / self.mean_load if self.mean_load else 1.0
+
+    @property
+    def gap_to_bound(self) -> float:
+        return self.max_load / self.lower_bound - 1.0 if self.lower_bound else 0.0
+
+
+@dataclass(frozen=True)
+class ExpertPlacement:
+    n_ranks: int
+    slots_per_rank: int
+    layers: tuple[LayerPlacement, ...]
+    method: str
+    time_s: float
+    profile: str
+
+    @property
+    def imbalance(self) -> float:
+        """Step-time factor of the expert work: sum over layers of the hottest rank's load over the
+        sum of mean loads (layers run one after another)."""
+        mean = sum(p.mean_load for p in self.layers)
+        return sum(p.max_load for p in self.layers) / mean if mean else 1.0
+
+    @property
+    def worst_gap_to_bound(self) -> float:
+        return max((p.gap_to_bound for p in self.layers), default=0.0)
+
+    @property
+    def moves(self) -> int | None:
+        """Expert copies the deployment must load to go from the previous placement to this one."""
+        counted = [p.moves for p in self.layers if p.moves is not None]
+        return sum(counted) if counted else None
+
+    @property
+    def layers_proven_optimal(self) -> int:
+        """Layers at the lower bound or proved optimal by CP-SAT."""
+        return sum(1 for p in self.layers if p.proven_optimal or p.gap_to_bound <= 1e-9)
+
+    def physical_to_logical(self, arch: ModelArch) -> list[list[int]]:
+        """EPLB-style map, one row per model layer: physical slot (rank-major) -> logical expert.
+        Dense layers get the trivial layout so that the rows line up with the model's layers."""
+        by_layer = {p.layer: [e for rank in p.slots for e in rank] for p in self.layers}
+        n_slots = self.n_ranks * self.slots_per_rank
+        trivial = [i % arch.moe.n_routed_experts for i in range(n_slots)]
+        return [by_layer.get(i, trivial) for i in range(arch.n_layers)]
+
+
+def synthetic_profile(arch: ModelArch, sigma: float = 0.9, seed: int = 0, distribution: str = "lognormal") -> np.ndarray:
+    """Per-layer expert loads, shape (n_moe_layers, E): lognormal(0, sigma) per expert, or uniform.
+    sigma 0.9 is the skew cpsat.md section 6 measured with: of 256 experts the hottest carries about
+    8x the mean expert load, 3x the mean load of an EP64 rank (4 experts)."""
+    rng = np.random.default_rng(seed)
+    shape = (arch.n_moe_layers, arch.moe.n_routed_experts)
+    if distribution == "uniform":
+        return np.ones(shape)
+    return rng.lognormal(mean=0.0, sigma=sigma, size=shape)
+
+
+def load_profile(path: Path, arch: ModelArch) -> np.ndarray:
+    """Loads from a JSON file ({"layers": [[...], ...]}, SGLang's {"logical_count": ...} or a bare
+    list of lists; one row per MoE layer, or one row for all) or a CSV file (one row per MoE layer)."""
+    if path.suffix == ".csv":
+        rows = [[float(x) for x in line.split(",")] for line in path.read_text().splitlines() if line.strip()]
+    else:
+        data = json.loads(path.read_text())
+        rows = data.get("layers", data.get("logical_count")) if isinstance(data, dict) else data
+        rows = np.asarray(rows, dtype=float)
+        rows = rows.reshape(-1, rows.shape[-1]).tolist()
+    loads = np.asarray(rows, dtype=float)
+    experts = arch.moe.n_routed_experts
+    if loads.shape[1] != experts:
+        raise ValueError(f"{path}: {loads.shape[1]} experts per row, {arch.id} has {experts}")
+    if len(loads) == arch.n_layers:  # a row per model layer: keep the MoE layers
+        loads = loads[[i for i, moe in enumerate(arch.layer_is_moe) if moe]]
+    if len(loads) == 1:
+        loads = np.repeat(loads, arch.n_moe_layers, axis=0)
+    if len(loads) != arch.n_moe_layers:
+        raise ValueError(f"{path}: {len(loads)} rows, expected 1, {arch.n_moe_layers} (MoE layers) or {arch.n_layers}")
+    if (loads < 0).any():
+        raise ValueError(f"{path}: loads must be non-negative")
+    return loads
+
+
+def _replicate(loads: np.ndarray, n_slots: int, n_ranks: int) -> np.ndarray:
+    """Step 1: every expert once, then each spare slot to the expert with the most load per copy
+    (never more copies than ranks: copies of one expert sit on different ranks)."""
+    copies = np.ones(len(loads), dtype=int)
+    for _ in range(n_slots - len(loads)):
+        per_copy = np.where(copies < n_ranks, loads / copies, -1.0)
+        copies[int(np.argmax(per_copy))] += 1
+    return copies
+
+
+def _pack(loads: np.ndarray, copies: np.ndarray, n_ranks: int, slots_per_rank: int) -> list[list[int]]:
+    """Step 2: copies largest first, each into the least-loaded rank with room and without it."""
+    items = sorted(((loads[e] / copies[e], e) for e in range(len(loads)) for _ in range(copies[e])), key=lambda t: (-t[0], t[1]))
+    ranks: list[list[int]] = [[] for _ in range(n_ranks)]
+    held: list[set[int]] = [set() for _ in range(n_ranks)]
+    open_ranks = [(0.0, r) for r in range(n_ranks)]  # heap of (load, rank) over ranks with a free slot
+    for load, e in items:
+        # the least-loaded open rank without e, lowest index among equals
+        skipped = []
+        rank_load, r = heapq.heappop(open_ranks)
+        while e in held[r]:
+            skipped.append((rank_load, r))
+            rank_load, r = heapq.heappop(open_ranks)
+        ranks[r].append(e)
+        held[r].add(e)
+        if len(ranks[r]) < slots_per_rank:
+            heapq.heappush(open_ranks, (rank_load + load, r))
+        for entry in skipped:
+            heapq.heappush(open_ranks, entry)
+    return ranks
+
+
+def _swap(per_copy: np.ndarray, ranks: list[list[int]], time_limit_s: float, previous: list[list[int]] | None = None,
+          budget: int | None = None) -> list[list[int]]:
+    """Step 3: swap one copy of the hottest rank with a lighter copy elsewhere while that lowers the
+    hottest rank without creating a new maximum (cpsat.md section 6.4), all candidate swaps of an
+    iteration scored at once. With `previous` and `budget`, only swaps that keep the moves (copies on
+    a rank that did not hold them before) within the budget."""
+    slot = np.array(ranks)  # (ranks, slots): every rank is full
+    n_ranks = len(slot)
+    copy_load = per_copy[slot]
+    loads = copy_load.sum(axis=1)
+    holds = np.zeros((n_ranks, len(per_copy)), dtype=bool)
+    holds[np.arange(n_ranks)[:, None], slot] = True
+    new_pair = None
+    if previous is not None and budget is not None:
+        new_pair = ~_holds(previous, len(per_copy))  # new_pair[r, e]: holding e on r costs a move
+        moves = int(new_pair[np.arange(n_ranks)[:, None], slot].sum())
+    deadline = time.perf_counter() + time_limit_s
+    while time.perf_counter() < deadline:
+        hot = int(np.argmax(loads))
+        d = copy_load[hot][:, None, None] - copy_load[None, :, :]  # (hot slot i, rank r, slot j)
+        valid = (d > 1e-12) & ~holds[:, slot[hot]].T[:, :, None] & ~holds[hot][slot][None, :, :]
+        valid[:, hot, :] = False
+        if new_pair is not None:
+            a_to_r = new_pair[:, slot[hot]].T[:, :, None]  # (i, r, 1)
+            b_to_hot = new_pair[hot][slot][None, :, :]  # (1, r, j)
+            a_at_hot = new_pair[hot][slot[hot]][:, None, None]
+            b_at_r = new_pair[np.arange(n_ranks)[:, None], slot][None, :, :]
+            delta = a_to_r.astype(int) + b_to_hot - a_at_hot - b_at_r
+            valid &= moves + delta <= budget
+        new_max = np.where(valid, np.maximum(loads[hot] - d, loads[None, :, None] + d), np.inf)
+        i, r, j = np.unravel_index(int(np.argmin(new_max)), new_max.shape)
+        if not new_max[i, r, j] < loads[hot] - 1e-12:
+            break
+        if new_pair is not None:
+            moves += int(delta[i, r, j])
+        a, b = slot[hot, i], slot[r, j]
+        holds[hot, a], holds[r, b], holds[hot, b], holds[r, a] = False, False, True, True
+        slot[hot, i], slot[r, j] = b, a
+        copy_load[hot, i], copy_load[r, j] = per_copy[b], per_copy[a]
+        loads[hot] += per_copy[b] - per_copy[a]
+        loads[r] += per_copy[a] - per_copy[b]
+    return slot.tolist()
+
+
+def _holds(ranks: list[list[int]], n_experts: int) -> np.ndarray:
+    out = np.zeros((len(ranks), n_experts), dtype=bool)
+    for r, rank in enumerate(ranks):
+        out[r, rank] = True
+    return out
+
+
+def count_moves(previous: list[list[int]], ranks: list[list[int]]) -> int:
+    """Expert copies in `ranks` that sit on a rank which did not hold that expert in `previous`."""
+    return sum(len(set(new) - set(old)) for old, new in zip(previous, ranks, strict=True))
+
+
+def max_overlap_assignment(overlap: np.ndarray) -> list[int]:
+    """perm[i] = j maximising sum overlap[i, perm[i]] (Hungarian algorithm, O(n^3), numpy inner loop)."""
+    n = len(overlap)
+    cost = overlap.max() - overlap.astype(float)
+    u, v = np.zeros(n + 1), np.zeros(n + 1)
+    p = np.zeros(n + 1, dtype=int)  # p[j]: row matched to column j (1-based, 0 = none)
+    way = np.zeros(n + 1, dtype=int)
+    for i in range(1, n + 1):
+        p[0] = i
+        j0 = 0
+        minv = np.full(n + 1, np.inf)
+        used = np.zeros(n + 1, dtype=bool)
+        while True:
+            used[j0] = True
+            i0 = p[j0]
+            free = ~used[1:]
+            cur = cost[i0 - 1] - u[i0] - v[1:]
+            better = free & (cur < minv[1:])
+            minv[1:][better] = cur[better]
+            way[1:][better] = j0
+            candidates = np.where(free, minv[1:], np.inf)
+            j1 = int(np.argmin(candidates)) + 1
+            delta = candidates[j1 - 1]
+            u[p[used]] += delta
+            v[used] -= delta
+            minv[1:][free] -= delta
+            j0 = j1
+            if p[j0] == 0:
+                break
+        while j0:
+            j1 = way[j0]
+            p[j0] = p[j1]
+            j0 = j1
+    perm = [0] * n
+    for j in range(1, n + 1):
+        perm[p[j] - 1] = j - 1
+    return perm
+
+
+def _relabel(ranks: list[list[int]], previous: list[list[int]]) -> list[list[int]]:
+    """The same placement with its ranks renumbered to keep the most copies where `previous` had them
+    (ranks are interchangeable: only which experts share a rank matters for the balance)."""
+    n_experts = 1 + max(max(max(r) for r in ranks), max(max(r) for r in previous))
+    overlap = _holds(ranks, n_experts).astype(int) @ _holds(previous, n_experts).T.astype(int)
+    perm = max_overlap_assignment(overlap)
+    out: list[list[int]] = [[] for _ in ranks]
+    for i, j in enumerate(perm):
+        out[j] = list(ranks[i])
+    return out
+
+
+def _repair(previous: list[list[int]], copies: np.ndarray, per_copy: np.ndarray) -> list[list[int]] | None:
+    """The previous placement changed as little as possible to hold `copies` of every expert: surplus
+    copies leave the most loaded ranks, missing ones go to the least loaded ranks with room. None if
+    a missing copy finds no rank without it."""
+    ranks = [list(r) for r in previous]
+    slots = len(ranks[0])
+    load = [sum(per_copy[e] for e in r) for r in ranks]
+    have = np.bincount([e for r in ranks for e in r], minlength=len(copies))
+    for e in np.argsort(-per_copy, kind="stable"):
+        while have[e] > copies[e]:
+            r = max((r for r in range(len(ranks)) if e in ranks[r]), key=lambda r: (load[r], r))
+            ranks[r].remove(e)
+            load[r] -= per_copy[e]
+            have[e] -= 1
+    for e in np.argsort(-per_copy, kind="stable"):
+        while have[e] < copies[e]:
+            open_ranks = [r for r in range(len(ranks)) if len(ranks[r]) < slots and e not in ranks[r]]
+            if not open_ranks:
+                return None
+            r = min(open_ranks, key=lambda r: (load[r], r))
+            ranks[r].append(int(e))
+            load[r] += per_copy[e]
+            have[e] += 1
+    return ranks if all(len(r) == slots for r in ranks) else None
+
+
+def _shift_copies(loads: np.ndarray, copies: np.ndarray, n_ranks: int, additions: int) -> np.ndarray:
+    """Up to `additions` single-copy shifts from the expert that loses least to the hottest expert per
+    copy, while that lowers the hottest load per copy (EPLB's replication, done incrementally: each
+    shift costs one move, the removal is free)."""
+    copies = copies.copy()
+    for _ in range(additions):
+        per_copy = np.where(copies < n_ranks, loads / copies, -1.0)
+        hot = int(np.argmax(per_copy))
+        after_removal = np.where(copies > 1, loads / np.maximum(copies - 1, 1), np.inf)
+        after_removal[hot] = np.inf
+        cold = int(np.argmin(after_removal))
+        if not after_removal[cold] < per_copy[hot]:
+            break
+        copies[hot] += 1
+        copies[cold] -= 1
+    return copies
+
+
+def _within_budget(loads: np.ndarray, previous: list[list[int]], budget: int, time_limit_s: float) -> tuple[np.ndarray, list[list[int]]]:
+    """The best placement found within `budget` moves of `previous`: part of the budget re-replicates
+    hot experts (a repair of the previous placement), the rest goes to budgeted swaps."""
+    before = np.bincount([e for r in previous for e in r], minlength=len(loads))
+    best = None
+    for additions in sorted({budget, budget // 2, 0}, reverse=True):
+        copies = _shift_copies(loads, before, len(previous), additions)
+        repaired = _repair(previous, copies, loads / copies)
+        if repaired is None or count_moves(previous, repaired) > budget:
+            continue
+        ranks = _swap(loads / copies, repaired, time_limit_s / 3, previous, budget)
+        peak = max(sum(loads[e] / copies[e] for e in rank) for rank in ranks)
+        if best is None or peak < best[0] - 1e-12:
+            best = (peak, copies, ranks)
+    return best[1], best[2]  # additions = 0 always succeeds: the previous placement itself
+
+
+def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slots_per_rank: int, time_limit_s: float,
+           workers: int, previous: list[list[int]] | None = None, budget: int | None = None) -> tuple[list[list[int]], bool]:
+    """Step 4: CP-SAT min-max with the heuristic as a complete hint (cpsat.md section 6.2). Returns
+    the better of the two placements and whether CP-SAT proved it optimal (at the load resolution).
+    With `previous` ranks are no longer interchangeable (no symmetry breaking); with `budget` too, at
+    most that many copies may land on a rank that did not hold them."""
+    n_ranks, n_experts = len(ranks), len(per_copy)
+    q = np.maximum(1, np.round(per_copy / per_copy.sum() / CPSAT_LOAD_RESOLUTION)).astype(int)
+    order = sorted(range(n_experts), key=lambda e: -q[e])
+    m = cp_model.CpModel()
+    x, cumulative = {}, 0
+    for e in order:  # identical ranks: the k hottest experts use at most sum of their copies distinct ranks
+        cumulative += int(copies[e])
+        for r in range(n_ranks if previous is not None else min(n_ranks, cumulative)):
+            x[e, r] = m.new_bool_var(f"x[{e},{r}]")
+    if previous is not None and budget is not None:
+        was = _holds(previous, n_experts)
+        m.add(sum(var for (e, r), var in x.items() if not was[r, e]) <= budget)
+    for e in range(n_experts):
+        m.add(sum(x[e, r] for r in range(n_ranks) if (e, r) in x) == int(copies[e]))
+    lb = max(math.ceil(int(sum(q[e] * copies[e] for e in range(n_experts))) / n_ranks), int(q.max()))
+    lmax = m.new_int_var(lb, int(q.max()) * slots_per_rank, "lmax")
+    for r in range(n_ranks):
+        here = [(x[e, r], int(q[e])) for e in range(n_experts) if (e, r) in x]
+        m.add(sum(v for v, _ in here) <= slots_per_rank)
+        m.add(cp_model.LinearExpr.weighted_sum([v for v, _ in here], [w for _, w in here]) <= lmax)
+    m.minimize(lmax)
+    # relabel to respect the prefix rule (only when ranks are interchangeable)
+    canonical = ranks if previous is not None else sorted(ranks, key=lambda rank: -sum(q[e] for e in rank))
+    hint = {(e, r) for r, rank in enumerate(canonical) for e in rank}
+    if all(key in x for key in hint):
+        for key, var in x.items():
+            m.add_hint(var, key in hint)
+        m.add_hint(lmax, max(sum(int(q[e]) for e in rank) for rank in canonical))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = workers
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.random_seed = 0
+    status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return ranks, False
+    improved = [[e for e in range(n_experts) if (e, r) in x and solver.value(x[e, r])] for r in range(n_ranks)]
+    old = max(sum(per_copy[e] for e in rank) for rank in ranks)
+    new = max(sum(per_copy[e] for e in rank) for rank in improved)
+    return (improved if new < old else ranks), status == cp_model.OPTIMAL
+
+
+def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, method: str, time_limit_s: float,
+           workers: int, swap: bool = True, previous: list[list[int]] | None = None, budget: int | None = None) -> LayerPlacement:
+    copies = _replicate(loads, n_ranks * slots_per_rank, n_ranks)
+    ranks = _pack(loads, copies, n_ranks, slots_per_rank)
+    if swap:
+        ranks = _swap(loads / copies, ranks, min(SWAP_TIME_LIMIT_S, time_limit_s))
+    if previous is not None:
+        ranks = _relabel(ranks, previous)
+        if budget is not None and count_moves(previous, ranks) > budget:
+            copies, ranks = _within_budget(loads, previous, budget, min(SWAP_TIME_LIMIT_S, time_limit_s))
+    per_copy = loads / copies
+    proven = False
+    if method == "cpsat":
+        ranks, proven = _cpsat(per_copy, copies, ranks, slots_per_rank, time_limit_s, workers, previous, budget)
+    rank_loads = tuple(float(sum(per_copy[e] for e in rank)) for rank in ranks)
+    bound = max(float(loads.sum()) / n_ranks, float(per_copy.max()))
+    moves = None if previous is None else count_moves(previous, ranks)
+    return LayerPlacement(layer, tuple(tuple(r) for r in ranks), tuple(int(c) for c in copies), rank_loads, bound, proven, moves)
+
+
+def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_per_rank: int = 0, *, method: str = "greedy",
+                  time_limit_s: float = 5.0, workers: int = 2, profile: str = "", previous: list[list[int]] | None = None,
+                  max_moves_per_layer: int | None = None) -> ExpertPlacement:
+    """Place every MoE layer's experts on `n_ranks` expert-parallel ranks with
+    E / n_ranks + redundant_per_rank slots each. `previous`: the physical-to-logical map (one row
+    per model layer, rank-major slots) of the placement in service, to stay close to."""
+    start = time.perf_counter()
+    slots_per_rank = arch.moe.n_routed_experts // n_ranks + redundant_per_rank
+    moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
+    per_layer_limit = time_limit_s / max(1, len(moe_layers))
+
+    def before(i: int) -> list[list[int]] | None:
+        if previous is None:
+            return None
+        row = [int(e) for e in previous[i]]
+        return [row[r * slots_per_rank:(r + 1) * slots_per_rank] for r in range(n_ranks)]
+
+    layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, method, per_layer_limit, workers, previous=before(i),
+                          budget=max_moves_per_layer) for k, i in enumerate(moe_layers))
+    label = {"greedy": "replicate + LPT + swap search", "cpsat": "replicate + LPT + swap search + CP-SAT"}[method]
+    return ExpertPlacement(n_ranks, slots_per_rank, layers, label, time.perf_counter() - start, profile)
+
+
+def eplb_baseline(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_per_rank: int = 0) -> ExpertPlacement:
+    """DeepSeek EPLB's global policy: replicate hot experts, then longest-processing-time packing
+    with a slot cap (steps 1 and 2 only), for comparison."""
+    start = time.perf_counter()
+    slots_per_rank = arch.moe.n_routed_experts // n_ranks + redundant_per_rank
+    moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
+    layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, "greedy", 0.0, 1, swap=False) for k, i in enumerate(moe_layers))
+    return ExpertPlacement(n_ranks, slots_per_rank, layers, "EPLB-style replicate + LPT", time.perf_counter() - start, "")

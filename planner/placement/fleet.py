@@ -1,0 +1,144 @@
+"""Concrete placement of a solved plan: every pipeline stage of every replica onto accelerators.
+
+Stages are packed into the fleet's racks with `packing.place` (aligned blocks, broken accelerators
+skipped, a replica's stages kept in one rack when they fit, so that pipeline hand-offs stay on the
+scale-up network). Inside a stage, accelerator k is tensor-parallel rank k % tp of attention
+data-parallel rank k // tp, and expert-parallel rank k // expert_tp (expert tensor rank k % expert_tp).
+"""
+
+from dataclasses import dataclass
+
+from planner.physics.estimate import stage_of_layer
+from planner.placement.packing import PlacementFailed, RackSlots, StageItem, place, stage_kind
+
+__all__ = ["AcceleratorRole", "FleetPlacement", "HandoffSummary", "PlacementFailed", "handoff_summary", "place_plan"]
+
+
+@dataclass(frozen=True)
+class AcceleratorRole:
+    accelerator: str  # graph node name, "<rack-id>#<instance>/<index>"
+    rack: str  # rack instance, "<rack-id>#<instance>"
+    deployment: int
+    replica: int
+    stage: int
+    layers: tuple[int, int]  # first layer, one past the last
+    tp_rank: int
+    dp_rank: int
+    ep_rank: int | None
+    expert_tp_rank: int | None
+
+    def describe(self) -> str:
+        role = f"stage {self.stage} layers {self.layers[0]}-{self.layers[1] - 1}, dp {self.dp_rank} tp {self.tp_rank}"
+        return role + (f", ep {self.ep_rank}" if self.ep_rank is not None else "")
+
+
+@dataclass(frozen=True)
+class FleetPlacement:
+    roles: tuple[AcceleratorRole, ...]
+    racks: dict[str, tuple[int, tuple[int, ...]]]  # rack instance -> (accelerators, unavailable indices)
+
+    def of_deployment(self, index: int) -> list[AcceleratorRole]:
+        return [r for r in self.roles if r.deployment == index]
+
+
+def _layer_ranges(n_layers: int, pp: int) -> list[tuple[int, int]]:
+    stages = stage_of_layer(n_layers, pp)
+    return [(int(next(i for i, s in enumerate(stages) if s == k)), int(sum(1 for s in stages if s <= k))) for k in range(pp)]
+
+
+def _racks_needed(deployments: list, rack_id: str, size: int) -> int:
+    """Racks of an unlimited type the plan needs (each stage its own block; at least 1)."""
+    total = 0
+    for d in deployments:
+        c = d.candidate
+        if c.rack_id == rack_id:
+            kind, k = stage_kind(c.stage_size, size)
+            total += d.replicas * c.stages * (k * size if kind == "racks" else c.stage_size)
+    return max(1, -(-total // size))
+
+
+def _roles(d_index: int, d, replica: int, stage: int, nodes: list[str], layers: tuple[int, int]) -> list[AcceleratorRole]:
+    lay = d.candidate.layout
+    spread = lay.ep > 1
+    return [AcceleratorRole(node, node.rsplit("/", 1)[0], d_index, replica, stage, layers, k % lay.tp, k // lay.tp,
+                            k // lay.expert_tp if spread else None, k % lay.expert_tp if spread else None)
+            for k, node in enumerate(nodes)]
+
+
+def place_plan(result) -> FleetPlacement:
+    """Accelerators for every replica of `result` (a SolveResult with a plan)."""
+    roles: list[AcceleratorRole] = []
+    rack_map: dict[str, tuple[int, tuple[int, ...]]] = {}
+    unavailable = result.problem.unavailable
+    for rack, count in result.problem.rack_counts:
+        mine = [(i, d) for i, d in enumerate(result.deployments) if d.candidate.rack_id == rack.id]
+        if not mine and count is None:
+            continue
+        n_racks = count if count is not None else _racks_needed([d for _, d in mine], rack.id, rack.n_accelerators)
+        broken = unavailable.get(rack.id, {})
+        slots = [RackSlots(f"{rack.id}#{k}", rack.n_accelerators, [i not in broken.get(k, ()) for i in range(rack.n_accelerators)])
+                 for k in range(n_racks)]
+        for k in range(n_racks):
+            rack_map[f"{rack.id}#{k}"] = (rack.n_accelerators, broken.get(k, ()))
+        items = [StageItem((i, r, s), d.candidate.stage_size, (i, r)) for i, d in mine for r in range(d.replicas)
+                 for s in range(d.candidate.stages)]
+        assignment = place(slots, items)
+        for i, d in mine:
+            ranges = _layer_ranges(d.estimate.inputs.arch.n_layers, d.candidate.stages)
+            for r in range(d.replicas):
+                for s in range(d.candidate.stages):
+                    nodes = []
+                    for rack_index, start in assignment[(i, r, s)]:
+                        width = min(d.candidate.stage_size, rack.n_accelerators)
+                        nodes += [f"{rack.id}#{rack_index}/{start + k}" for k in range(width)]
+                    roles += _roles(i, d, r, s, nodes, ranges[s])
+    return FleetPlacement(tuple(roles), rack_map)
+
+
+@dataclass(frozen=True)
+class HandoffSummary:
+    """How a workload's prefill-to-decode KV hand-offs travel once placed."""
+
+    workload: str
+    pairs: int  # prefill replica x decode replica pairs
+    in_domain_pairs: int  # pairs whose replicas share one scale-up domain (the hand-off can use it)
+    nic_s: float  # the hand-off time over the NICs (the planner's bound)
+    in_domain_s: float | None  # over the scale-up links, when some pair shares a domain
+
+
+def handoff_summary(result) -> list[HandoffSummary]:
+    """For every workload served by pools: which prefill-decode replica pairs the placement put in
+    one scale-up domain, and the KV hand-off time over NVLink-class links there and over the NICs."""
+    from planner.solver.candidates import handoff_s
+    from planner.physics.deployment import ServingRole
+
+    if result.placement is None:
+        return []
+    racks_of: dict[tuple[int, int], set[str]] = {}
+    for role in result.placement.roles:
+        racks_of.setdefault((role.deployment, role.replica), set()).add(role.rack)
+    out = []
+    for w in result.problem.workloads:
+        prefill = [(i, d) for i, d in enumerate(result.deployments) if d.candidate.workload == w.name and d.candidate.role is ServingRole.PREFILL]
+        decode = [(i, d) for i, d in enumerate(result.deployments) if d.candidate.workload == w.name and d.candidate.role is ServingRole.DECODE]
+        if not prefill or not decode:
+            continue
+        pairs = in_domain = 0
+        fastest_nic, fastest_up = 0.0, None
+        for i, p in prefill:
+            for j, q in decode:
+                nic = handoff_s(p.candidate, q.candidate)
+                fastest_nic = max(fastest_nic, nic)
+                accel_p, accel_q = p.estimate.inputs.rack.accelerator, q.estimate.inputs.rack.accelerator
+                up_bw = min(p.candidate.accelerators * accel_p.scale_up_bandwidth_bytes_per_s * accel_p.scale_up_bandwidth_fraction,
+                            q.candidate.accelerators * accel_q.scale_up_bandwidth_bytes_per_s * accel_q.scale_up_bandwidth_fraction)
+                for r in range(p.replicas):
+                    for k in range(q.replicas):
+                        pairs += 1
+                        shared = racks_of[(i, r)] | racks_of[(j, k)]
+                        if len(shared) == 1:
+                            in_domain += 1
+                            time = p.candidate.kv_handoff_bytes / up_bw
+                            fastest_up = time if fastest_up is None else max(fastest_up, time)
+        out.append(HandoffSummary(w.name, pairs, in_domain, fastest_nic, fastest_up))
+    return out

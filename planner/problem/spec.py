@@ -1,0 +1,534 @@
+"""The deployment-problem file format (YAML, validated by pydantic) and its resolution against the
+catalogs into plain values the planner uses.
+
+Friendly units appear only where a field's name says so (`tpot_limit_ms`); `resolve_problem`
+converts them once into SI values.
+"""
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import (
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from planner.model.architecture import ModelArch
+from planner.physics.deployment import Precisions, ServingRole
+from planner.errors import (
+    InputIssue,
+    PlannerInputError,
+    issues_from_validation_error,
+    load_yaml_file,
+    unknown_name_issue,
+)
+from planner.hardware.catalog import (
+    Accelerator,
+    AcceleratorSpec,
+    CatalogId,
+    EdgeModel,
+    HardwareCatalog,
+    RackSpec,
+    RackType,
+    load_hardware_catalog,
+)
+from planner.model.catalog import ModelSpec, arch_from_spec, load_model_catalog
+from planner.precision import Precision, flops_format
+from planner.physics.roofline import OverlapPolicy
+from planner.units import MS, SECONDS_PER_MINUTE
+
+__all__ = [
+    "Objective",
+    "PrecisionSpec",
+    "Problem",
+    "ResolvedModel",
+    "ResolvedProblem",
+    "ResolvedWorkload",
+    "load_problem",
+    "parse_problem",
+    "problem_json_schema",
+    "resolve_precisions",
+    "resolve_problem",
+]
+
+
+class Objective(StrEnum):
+    MIN_COST = "min_cost"  # cheapest fleet for the demand (or cheapest cost per token without demand)
+    MAX_THROUGHPUT_PER_ACCELERATOR = "max_throughput_per_accelerator"
+    MIN_TPOT = "min_tpot"  # fastest per-user decode under a cost cap
+
+
+class PrecisionSpec(EdgeModel):
+    """Numeric formats. Omitted fields default: weights = the model's native format, kv_cache and
+    activations = bf16, compute = the weights' format (or the next wider one the accelerator has)."""
+
+    weights: Precision | None = Field(default=None, description="weight storage format")
+    expert_weights: Precision | None = Field(default=None, description="routed-expert weight format, if different")
+    kv_cache: Precision | None = Field(default=None, description="KV-cache storage format")
+    activations: Precision | None = Field(default=None, description="activation and communication format")
+    compute: Precision | None = Field(default=None, description="tensor-core input format of the matmuls")
+
+
+class SyntheticLoad(EdgeModel):
+    distribution: Literal["lognormal", "uniform"] = Field(default="lognormal", description="per-expert load distribution")
+    sigma: float = Field(default=0.9, gt=0, le=5, description="lognormal sigma (0.9: the hottest of 256 experts near 8x the mean expert)")
+    seed: int = Field(default=0, ge=0, description="random seed")
+
+
+class ExpertLoadSpec(EdgeModel):
+    """Per-layer, per-expert load profile: a file (JSON {"layers": [[...]]}, SGLang's
+    {"logical_count": ...}, or CSV with one row per MoE layer) or a synthetic skewed profile."""
+
+    file: str | None = Field(default=None, description="path to the profile, relative to the problem file")
+    synthetic: SyntheticLoad | None = Field(default=None, description="a generated profile")
+
+    @model_validator(mode="after")
+    def _one(self) -> "ExpertLoadSpec":
+        if (self.file is None) == (self.synthetic is None):
+            raise ValueError("give exactly one of file and synthetic\n    fix: keep one source of expert loads")
+        return self
+
+
+class CatalogModelRef(EdgeModel):
+    catalog: str = Field(description="model id from the built-in catalog (`planner catalog`)")
+    precisions: PrecisionSpec | None = Field(default=None, description="formats for this model, over the problem's defaults")
+    expert_load: ExpertLoadSpec | None = Field(default=None, description="expert load profile of this model (MoE only)")
+
+
+class ConfigJsonModelRef(EdgeModel):
+    config_json: str = Field(description="path to a Hugging Face config.json, relative to the problem file")
+    id: CatalogId | None = Field(default=None, description="id to give the imported model")
+    precisions: PrecisionSpec | None = Field(default=None, description="formats for this model, over the problem's defaults")
+    expert_load: ExpertLoadSpec | None = Field(default=None, description="expert load profile of this model (MoE only)")
+
+
+class InlineModelRef(EdgeModel):
+    inline: ModelSpec = Field(description="the architecture written out in the catalog's format")
+    precisions: PrecisionSpec | None = Field(default=None, description="formats for this model, over the problem's defaults")
+    expert_load: ExpertLoadSpec | None = Field(default=None, description="expert load profile of this model (MoE only)")
+
+
+class PlacementOptions(EdgeModel):
+    redundant_experts_per_rank: int = Field(default=0, ge=0, le=64, description="extra expert copies per expert-parallel rank for hot experts")
+    method: Literal["greedy", "cpsat"] = Field(default="greedy", description="greedy + swap search, or that followed by CP-SAT")
+    time_limit_s: float = Field(default=10.0, gt=0, description="time for the expert placement of one deployment (cpsat)")
+    expert_load: ExpertLoadSpec | None = Field(default=None, description="default load profile of MoE models (none: uniform)")
+    previous_plan: str | None = Field(default=None, description="plan JSON (`planner solve --json`) of the deployment in service: "
+                                                                 "expert maps stay close to its maps (path relative to the problem file)")
+    max_expert_moves_per_layer: int | None = Field(default=None, ge=0, description="with previous_plan: expert copies each MoE layer "
+                                                                                    "may load onto a rank that did not hold them")
+
+    @model_validator(mode="after")
+    def _budget_needs_previous(self) -> "PlacementOptions":
+        if self.max_expert_moves_per_layer is not None and self.previous_plan is None:
+            raise ValueError("max_expert_moves_per_layer counts moves from a previous placement\n"
+                             "    fix: give placement.previous_plan, or drop the budget")
+        return self
+
+
+def _model_ref_kind(value: object) -> str:
+    """Which form of model reference `value` is, so that errors name only that form's fields."""
+    if isinstance(value, str):
+        return "tag:id"
+    if isinstance(value, dict):
+        for key in ("config_json", "inline"):
+            if key in value:
+                return f"tag:{key}"
+        return "tag:catalog"
+    for cls, tag in ((ConfigJsonModelRef, "tag:config_json"), (InlineModelRef, "tag:inline"), (CatalogModelRef, "tag:catalog")):
+        if isinstance(value, cls):
+            return tag
+    return "tag:id"
+
+
+ModelRef = Annotated[
+    Annotated[str, Tag("tag:id")] | Annotated[CatalogModelRef, Tag("tag:catalog")] | Annotated[ConfigJsonModelRef, Tag("tag:config_json")]
+    | Annotated[InlineModelRef, Tag("tag:inline")],
+    Discriminator(_model_ref_kind),
+    Field(description="a catalog id, {catalog: id}, {config_json: path} or {inline: {...}}"),
+]
+
+
+class RackCount(EdgeModel):
+    type: str = Field(description="rack / scale-up unit id (catalog or custom_racks)")
+    count: int | None = Field(default=None, ge=0, description="how many the fleet has; omit for 'as many as needed'")
+
+
+class ClusterSpec(EdgeModel):
+    racks: list[RackCount] = Field(min_length=1, description="rack types the fleet can use")
+    custom_accelerators: list[AcceleratorSpec] = Field(default_factory=list, description="accelerators not in the catalog")
+    custom_racks: list[RackSpec] = Field(default_factory=list, description="scale-up units not in the catalog")
+    price_overrides_usd_per_hour: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict, description="accelerator id -> your price per accelerator-hour"
+    )
+    achievable_overrides: dict[str, dict[Literal["compute_fraction", "hbm_bandwidth_fraction", "scale_up_bandwidth_fraction",
+                                                 "scale_out_bandwidth_fraction"], Annotated[float, Field(gt=0, le=1)]]] = Field(
+        default_factory=dict, description="accelerator id -> achievable fractions of peak to use instead of the defaults"
+    )
+    unavailable_accelerators: list[str] = Field(default_factory=list, description="accelerator node names to leave out, e.g. 'hgx-h100#0/3'")
+    allow_spanning_domains: bool = Field(
+        default=False, description="let tensor/expert groups span scale-up domains (their traffic then runs at scale-out bandwidth)"
+    )
+
+
+class Demand(EdgeModel):
+    output_tokens_per_s: float | None = Field(default=None, gt=0, description="output tokens per second to serve")
+    requests_per_s: float | None = Field(default=None, gt=0, description="requests per second to serve")
+
+    @model_validator(mode="after")
+    def _one(self) -> "Demand":
+        if (self.output_tokens_per_s is None) == (self.requests_per_s is None):
+            raise ValueError("give exactly one of output_tokens_per_s and requests_per_s\n    fix: keep one demand figure")
+        return self
+
+
+class PrefixCacheSpec(EdgeModel):
+    """Prompt caching: a share of requests starts with a prefix whose KV cache is kept from an
+    earlier request (a system prompt, a document, the conversation so far)."""
+
+    hit_rate: float = Field(ge=0, le=1, description="share of requests whose prefix is found in the cache")
+    prefix_tokens: int | None = Field(default=None, ge=1, description="cached prompt tokens per request (default: the whole prompt)")
+    retention_minutes: float = Field(gt=0, le=100_000, description="how long an entry is kept after its last use, minutes")
+    tier: Literal["auto", "hbm", "host-dram", "local-flash", "remote-storage"] = Field(
+        default="auto", description="where cached KV waits; auto: the cheapest that fits, or none when recomputing is cheaper")
+
+    @field_validator("hit_rate", mode="before")
+    @classmethod
+    def _share_not_percent(cls, value):
+        if isinstance(value, int | float) and 1 < value <= 100:
+            raise ValueError(f"hit_rate = {value:g} looks like a percentage\n    fix: write a share between 0 and 1, e.g. {value / 100:g}")
+        return value
+
+
+class WorkloadSpec(EdgeModel):
+    name: str = Field(description="workload name")
+    model: str | None = Field(default=None, description="key of `models` (optional when there is one model)")
+    input_tokens: int = Field(ge=1, le=100_000_000, description="prompt length per request")
+    output_tokens: int = Field(ge=1, le=10_000_000, description="generated tokens per request")
+    demand: Demand | None = Field(default=None, description="traffic to serve; omit to minimise cost per token")
+    ttft_limit_ms: float | None = Field(default=None, gt=0, description="time-to-first-token limit, milliseconds")
+    tpot_limit_ms: float | None = Field(default=None, gt=0, description="time-per-output-token limit, milliseconds")
+    prefix_cache: PrefixCacheSpec | None = Field(default=None, description="prompt caching (claim 9); omit for none")
+    serving: Literal["aggregated", "disaggregated", "auto"] = Field(
+        default="aggregated", description="aggregated replicas (prefill rides in the decode steps), separate prefill and decode "
+                                          "pools, or auto: the solver picks the cheaper and says by how much")
+
+    @model_validator(mode="after")
+    def _prefix_within_prompt(self) -> "WorkloadSpec":
+        if self.prefix_cache and self.prefix_cache.prefix_tokens and self.prefix_cache.prefix_tokens > self.input_tokens:
+            raise ValueError(f"prefix_cache.prefix_tokens {self.prefix_cache.prefix_tokens} exceeds input_tokens {self.input_tokens}"
+                             "\n    fix: the cached prefix is part of the prompt")
+        return self
+
+    @field_validator("ttft_limit_ms", "tpot_limit_ms")
+    @classmethod
+    def _milliseconds(cls, value: float | None, info) -> float | None:
+        if value is not None and value < 1.0:
+            raise ValueError(f"{info.field_name} = {value:g} ms looks like seconds\n    fix: write milliseconds, e.g. {value * 1000:g}")
+        return value
+
+
+class SolverOptions(EdgeModel):
+    time_limit_s: float = Field(default=10.0, gt=0, description="CP-SAT search limit, seconds (deterministic time, close to wall time)")
+    relative_gap_limit: float = Field(default=0.0, ge=0, lt=1, description="stop once (objective - bound) / objective is below this; 0 = prove optimality")
+    seed: int = Field(default=0, ge=0, description="CP-SAT random seed")
+    workers: int = Field(default=2, ge=1, le=64, description="CP-SAT worker threads")
+    overlap: OverlapPolicy = Field(default=OverlapPolicy.SERIAL, description="serial: comm adds to the step; overlapped: hidden")
+    max_batch_per_replica: int = Field(default=65536, ge=1, description="largest decode batch (sequences) to consider")
+    prefill_chunk_tokens: int = Field(default=8192, ge=64, description="tokens per prefill forward pass")
+    max_replicas: int = Field(default=4096, ge=1, description="largest replica count per deployment")
+
+
+class Problem(EdgeModel):
+    """A deployment problem: models, precisions, cluster, workloads, objective and solver options."""
+
+    name: str = Field(default="problem", description="short name")
+    description: str | None = Field(default=None, description="free text shown nowhere but kept with the plan")
+    model: ModelRef | None = Field(default=None, description="the model, when there is only one")
+    models: dict[str, ModelRef] | None = Field(default=None, description="several models by key")
+    precisions: PrecisionSpec = Field(default_factory=PrecisionSpec, description="default formats for every model")
+    cluster: ClusterSpec = Field(description="the fleet: rack types and counts, custom hardware, prices, unavailable accelerators")
+    workloads: list[WorkloadSpec] = Field(min_length=1, description="the traffic to serve: prompt and output lengths, demand, latency limits")
+    objective: Objective = Field(default=Objective.MIN_COST, description="min_cost (fleet USD/h for the demand, or USD per token without one), "
+                                                                         "max_throughput_per_accelerator, or min_tpot under cost_cap_usd_per_hour")
+    cost_cap_usd_per_hour: float | None = Field(default=None, gt=0, description="fleet cost cap for objective min_tpot")
+    solver: SolverOptions = Field(default_factory=SolverOptions, description="CP-SAT and candidate-enumeration options")
+    placement: PlacementOptions = Field(default_factory=PlacementOptions, description="how experts are placed on their ranks")
+
+    @model_validator(mode="after")
+    def _models(self) -> "Problem":
+        if (self.model is None) == (self.models is None):
+            raise ValueError("give either `model` (one model) or `models` (several by key)\n    fix: keep exactly one of them")
+        names = [w.name for w in self.workloads]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"workload names repeat: {', '.join(duplicates)}\n    fix: give every workload its own name")
+        if self.objective is Objective.MIN_TPOT and self.cost_cap_usd_per_hour is None:
+            raise ValueError("objective min_tpot needs cost_cap_usd_per_hour\n    fix: add the fleet cost cap in USD per hour")
+        return self
+
+
+def problem_json_schema() -> dict:
+    return Problem.model_json_schema()
+
+
+def parse_problem(raw: object, source: str = "problem") -> Problem:
+    if not isinstance(raw, dict):
+        raise PlannerInputError(InputIssue(source, "the file is not a YAML mapping", "start from a bundled problem in problems/"), source)
+    try:
+        return Problem.model_validate(raw)
+    except ValidationError as exc:
+        raise PlannerInputError(issues_from_validation_error(exc, model=Problem), source=source) from None
+
+
+def load_problem(path: Path) -> Problem:
+    return parse_problem(load_yaml_file(path), source=str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolution against the catalogs
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    key: str
+    arch: ModelArch
+    precisions: PrecisionSpec
+    expert_loads: "np.ndarray | None" = None  # (moe layers, experts); None: uniform
+    expert_load_label: str = "uniform (no profile given)"
+
+
+@dataclass(frozen=True)
+class PrefixCacheRequest:
+    hit_rate: float
+    prefix_tokens: int
+    retention_s: float
+    tier: str  # a tier id, or "auto"
+
+
+@dataclass(frozen=True)
+class ResolvedWorkload:
+    name: str
+    model_key: str
+    input_tokens: int
+    output_tokens: int
+    output_tokens_per_s: float | None  # demand; None = minimise cost per token
+    ttft_limit_s: float | None
+    tpot_limit_s: float | None
+    serving: str = "aggregated"  # aggregated | disaggregated | auto
+    prefix_cache: "PrefixCacheRequest | None" = None
+
+    @property
+    def roles(self) -> tuple[ServingRole, ...]:
+        """The replica roles the solver may use for this workload."""
+        aggregated, split = (ServingRole.AGGREGATED,), (ServingRole.PREFILL, ServingRole.DECODE)
+        return {"aggregated": aggregated, "disaggregated": split, "auto": aggregated + split}[self.serving]
+
+
+@dataclass(frozen=True)
+class ResolvedProblem:
+    problem: Problem
+    hardware: HardwareCatalog
+    models: dict[str, ResolvedModel]
+    workloads: tuple[ResolvedWorkload, ...]
+    rack_counts: tuple[tuple[RackType, int | None], ...]
+    unavailable: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)  # rack id -> instance -> indices
+    base_dir: str = "."  # the directory relative paths in the problem start from
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    # expert maps of placement.previous_plan: (model id, ranks, slots per rank) -> physical-to-logical rows
+    previous_expert_maps: dict[tuple[str, int, int], list[list[int]]] = field(default_factory=dict)
+
+    def previous_expert_map(self, model_id: str, n_ranks: int, slots_per_rank: int) -> list[list[int]] | None:
+        return self.previous_expert_maps.get((model_id, n_ranks, slots_per_rank))
+
+
+def _expert_loads(arch: ModelArch, spec: "ExpertLoadSpec | None", base_dir: Path, field_name: str) -> tuple:
+    from planner.placement.experts import load_profile, synthetic_profile
+
+    if spec is None:
+        return None, "uniform (no profile given)"
+    if not arch.is_moe:
+        raise PlannerInputError(InputIssue(f"{field_name}.expert_load", f"{arch.id} has no experts", "remove expert_load"))
+    if spec.synthetic is not None:
+        g = spec.synthetic
+        label = f"synthetic {g.distribution}" + (f" sigma {g.sigma:g}" if g.distribution == "lognormal" else "") + f", seed {g.seed}"
+        return synthetic_profile(arch, g.sigma, g.seed, g.distribution), label
+    path = Path(spec.file)
+    path = path if path.is_absolute() else base_dir / path
+    try:
+        return load_profile(path, arch), f"file {spec.file}"
+    except FileNotFoundError:
+        raise PlannerInputError(InputIssue(f"{field_name}.expert_load.file", f"{path} not found", "check the path (relative to the problem file)")) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PlannerInputError(InputIssue(f"{field_name}.expert_load.file", str(exc),
+                                           'write {"layers": [[load per expert, ...], ...]} with one row per MoE layer')) from None
+
+
+def _resolve_model(key: str, ref, base_dir: Path, problem: "Problem", field_name: str) -> ResolvedModel:
+    from planner.model.hf_config import load_hf_config
+
+    catalog = load_model_catalog()
+    default_prec = problem.precisions
+    precisions = default_prec
+    if isinstance(ref, str):
+        ref = CatalogModelRef(catalog=ref)
+    if ref.precisions is not None:
+        merged = default_prec.model_dump() | {k: v for k, v in ref.precisions.model_dump().items() if v is not None}
+        precisions = PrecisionSpec(**merged)
+    if isinstance(ref, CatalogModelRef):
+        if ref.catalog not in catalog:
+            raise PlannerInputError(unknown_name_issue(field_name, "model", ref.catalog, catalog))
+        arch = catalog[ref.catalog]
+    elif isinstance(ref, ConfigJsonModelRef):
+        path = Path(ref.config_json)
+        path = path if path.is_absolute() else base_dir / path
+        arch = arch_from_spec(load_hf_config(path, ref.id))
+    else:
+        arch = arch_from_spec(ref.inline)
+    spec = ref.expert_load or (problem.placement.expert_load if arch.is_moe else None)
+    loads, label = _expert_loads(arch, spec, base_dir, field_name)
+    return ResolvedModel(key, arch, precisions, loads, label)
+
+
+def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = "problem") -> ResolvedProblem:
+    """Check every name against the catalogs and convert to SI values; all issues are reported together."""
+    issues: list[InputIssue] = []
+    cluster = problem.cluster
+    try:
+        hardware = load_hardware_catalog().with_overrides(
+            accelerators=cluster.custom_accelerators,
+            racks=cluster.custom_racks,
+            price_usd_per_hour=cluster.price_overrides_usd_per_hour,
+            achievable=cluster.achievable_overrides,
+        )
+    except PlannerInputError as exc:
+        raise PlannerInputError(exc.issues, source) from None
+    rack_counts = []
+    for i, rc in enumerate(cluster.racks):
+        if rc.type not in hardware.racks:
+            issues.append(unknown_name_issue(f"cluster.racks[{i}].type", "rack", rc.type, hardware.racks))
+        else:
+            rack_counts.append((hardware.racks[rc.type], rc.count))
+    unavailable = _unavailable(cluster.unavailable_accelerators, rack_counts, issues)
+    refs = {"model": problem.model} if problem.model is not None else dict(problem.models)
+    models: dict[str, ResolvedModel] = {}
+    for key, ref in refs.items():
+        field_name = "model" if problem.model is not None else f"models.{key}"
+        try:
+            models[key] = _resolve_model(key, ref, base_dir, problem, field_name)
+        except PlannerInputError as exc:
+            issues.extend(exc.issues)
+    workloads = []
+    for i, w in enumerate(problem.workloads):
+        key = w.model or (next(iter(refs)) if len(refs) == 1 else None)
+        if key is None or key not in refs:
+            issues.append(unknown_name_issue(f"workloads[{i}].model", "model key", str(w.model), refs) if w.model
+                          else InputIssue(f"workloads[{i}].model", "several models are defined", f"name one of: {', '.join(refs)}"))
+            continue
+        demand = None
+        if w.demand is not None:
+            demand = w.demand.output_tokens_per_s or w.demand.requests_per_s * w.output_tokens
+        workloads.append(ResolvedWorkload(
+            w.name, key, w.input_tokens, w.output_tokens, demand,
+            None if w.ttft_limit_ms is None else w.ttft_limit_ms * MS,
+            None if w.tpot_limit_ms is None else w.tpot_limit_ms * MS,
+            w.serving,
+            None if w.prefix_cache is None else PrefixCacheRequest(w.prefix_cache.hit_rate, w.prefix_cache.prefix_tokens or w.input_tokens,
+                                                                    w.prefix_cache.retention_minutes * SECONDS_PER_MINUTE,
+                                                                    w.prefix_cache.tier),
+        ))
+        arch = models.get(key)
+        if arch is not None and w.input_tokens + w.output_tokens > arch.arch.max_context_tokens:
+            issues.append(InputIssue(f"workloads[{i}]", f"{w.input_tokens} + {w.output_tokens} tokens exceed {arch.arch.id}'s "
+                                     f"{arch.arch.max_context_tokens}-token context", "shorten the request or pick a longer-context model"))
+    previous = _previous_expert_maps(problem.placement.previous_plan, base_dir, models, issues)
+    if issues:
+        raise PlannerInputError(issues, source)
+    return ResolvedProblem(problem, hardware, models, tuple(workloads), tuple(rack_counts), unavailable, str(Path(base_dir).resolve()),
+                           previous_expert_maps=previous)
+
+
+def _previous_expert_maps(path_text: str | None, base_dir: Path, models: dict[str, ResolvedModel],
+                          issues: list[InputIssue]) -> dict[tuple[str, int, int], list[list[int]]]:
+    """Expert maps of a saved plan, keyed by (model id, ranks, slots per rank)."""
+    if path_text is None:
+        return {}
+    field_name = "placement.previous_plan"
+    path = Path(path_text)
+    path = path if path.is_absolute() else base_dir / path
+    try:
+        record = json.loads(path.read_text())
+        maps = {}
+        for d in record["deployments"]:
+            emap = d.get("expert_map")
+            if emap:
+                maps[(d["model"], int(emap["n_ranks"]), int(emap["slots_per_rank"]))] = [[int(e) for e in row] for row in emap["physical_to_logical_map"]]
+    except FileNotFoundError:
+        issues.append(InputIssue(field_name, f"{path} not found", "check the path (relative to the problem file)"))
+        return {}
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        issues.append(InputIssue(field_name, f"{path} is not a plan written by `planner solve --json` ({exc})",
+                                 "point it at the JSON of the plan in service"))
+        return {}
+    ids = {m.arch.id: m.arch for m in models.values()}
+    for (model_id, ranks, slots), rows in maps.items():
+        arch = ids.get(model_id)
+        if arch is not None and (len(rows) != arch.n_layers or any(len(row) != ranks * slots for row in rows)):
+            issues.append(InputIssue(field_name, f"the expert map of {model_id} has {len(rows)} rows of {len(rows[0]) if rows else 0} "
+                                                 f"slots, {arch.n_layers} rows of {ranks * slots} expected", "use a plan of the same model"))
+    return maps
+
+
+def _unavailable(names: list[str], counts: list[tuple[RackType, int | None]], issues: list[InputIssue]) -> dict[str, dict[int, tuple[int, ...]]]:
+    """Parse accelerator names `<rack-id>#<instance>/<index>` against the fleet."""
+    racks = {rack.id: (rack, count) for rack, count in counts}
+    out: dict[str, dict[int, set[int]]] = {}
+    for i, name in enumerate(names):
+        field_name = f"cluster.unavailable_accelerators[{i}]"
+        rack_id, _, rest = name.partition("#")
+        instance, _, index = rest.partition("/")
+        if rack_id not in racks:
+            issues.append(unknown_name_issue(field_name, "rack in the fleet", rack_id, racks))
+            continue
+        rack, count = racks[rack_id]
+        if not (instance.isdigit() and index.isdigit()):
+            issues.append(InputIssue(field_name, f"'{name}' is not an accelerator name", f"write <rack>#<instance>/<index>, e.g. {rack_id}#0/3"))
+            continue
+        if count is None or int(instance) >= count or int(index) >= rack.n_accelerators:
+            issues.append(InputIssue(field_name, f"'{name}' is outside the fleet ({count or 'no'} x {rack_id}, "
+                                                 f"{rack.n_accelerators} accelerators each)",
+                                     f"use instances 0..{(count or 1) - 1} and indices 0..{rack.n_accelerators - 1}"))
+            continue
+        out.setdefault(rack_id, {}).setdefault(int(instance), set()).add(int(index))
+    return {r: {k: tuple(sorted(v)) for k, v in sorted(inst.items())} for r, inst in out.items()}
+
+
+def resolve_precisions(spec: PrecisionSpec, arch: ModelArch, accel: Accelerator, field_name: str = "precisions") -> tuple[Precisions, tuple[str, ...]]:
+    """Fill the defaults of `spec` for this model and accelerator. Returns the formats and notes
+    for the plan's assumptions (for instance a compute format the accelerator lacks)."""
+    weights = spec.weights or arch.native_weights_precision
+    expert_weights = spec.expert_weights or (arch.native_expert_weights_precision if spec.weights is None else None)
+    wanted = flops_format(spec.compute or weights)
+    compute = accel.supported_flops_format(wanted)
+    if compute is None:
+        raise PlannerInputError(InputIssue(f"{field_name}.compute", f"{accel.id} has no {wanted} or wider tensor-core rate in the catalog",
+                                           f"use one of: {', '.join(accel.dense_flops_per_s)}"))
+    notes = []
+    if compute != wanted:
+        notes.append(f"{accel.id} has no {wanted} tensor cores: matmuls run at its {compute} rate")
+    precisions = Precisions(
+        weights=weights,
+        kv_cache=spec.kv_cache or Precision.BF16,
+        activations=spec.activations or Precision.BF16,
+        compute=compute,
+        expert_weights=expert_weights,
+    )
+    return precisions, tuple(notes)

@@ -1,0 +1,1 @@
+"""The choice: candidate layouts per rack type, the CP-SAT fleet model, the exhaustive reference, explanations."""

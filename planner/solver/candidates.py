@@ -1,0 +1,398 @@
+"""Candidate deployments: for a workload and a rack type, every valid parallel layout at the largest
+batch its limits allow, evaluated with the roofline, then pruned to the non-dominated ones.
+
+Step 1 enumerates layouts (power-of-two stage sizes that fit a scale-up domain unless spanning is
+allowed, tensor-parallel degrees that divide the heads, expert-parallel degrees that divide the
+experts, enough pipeline stages for the weights).
+Step 2 evaluates each layout on a grid of batch sizes at once and refines the largest batch that
+fits HBM and meets TPOT and TTFT; it records which limit stopped the batch growing.
+Step 3 keeps, per rack type, the candidates no other candidate beats on every axis.
+"""
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from planner.model.architecture import ModelArch, kv_bytes_per_sequence, param_counts
+from planner.physics.deployment import Layout, Precisions, ServingRole, layout_issues
+from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
+from planner.hardware.catalog import Overheads, RackType
+from planner.physics.kv_cache import CacheUse, tiers_for
+from planner.physics.links import default_replica_links
+from planner.problem.spec import PrecisionSpec, ResolvedWorkload, resolve_precisions
+from planner.physics.roofline import OverlapPolicy
+from planner.units import SECONDS_PER_HOUR
+
+__all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_s",
+           "pareto_prune"]
+
+MAX_PIPELINE_STAGES = 16
+EXTRA_PIPELINE_DOUBLINGS = 2  # also try 2x and 4x the fewest stages that hold the weights
+GRID_STEPS = (1.0, 1.5)
+REFINE_POINTS = 257  # batch sizes evaluated at once when refining between two grid points  # batch grid: multiples 1, 1.5, 2, 3, 4, 6, 8, ... of the batch granularity
+
+
+@dataclass(frozen=True)
+class CandidateSettings:
+    overlap: OverlapPolicy = OverlapPolicy.SERIAL
+    prefill_chunk_tokens: int = 8192
+    max_batch_per_replica: int = 65536
+    allow_spanning_domains: bool = False
+    keep_batch_ladder: bool = False  # also keep smaller batches (for latency objectives and frontiers)
+    redundant_experts_per_rank: int = 0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to serve a workload on a rack type: a layout at one batch size, with its figures."""
+
+    workload: str
+    model_key: str
+    rack_id: str
+    accelerator_id: str
+    layout: Layout
+    batch: int
+    precisions: Precisions
+    tpot_s: float
+    ttft_s: float
+    decode_tokens_per_s: float
+    output_tokens_per_s: float  # sustained per replica, prefill included
+    usd_per_hour: float  # per replica
+    hbm_fill_fraction: float
+    dominant_term: str
+    batch_limit: str  # what stopped the batch growing: hbm, tpot, ttft, nic or max_batch (or 'ladder', 'prefill')
+    spans_domains: bool  # a tensor or expert group crosses scale-up domains (its traffic at scale-out speed)
+    notes: tuple[str, ...] = ()
+    role: ServingRole = ServingRole.AGGREGATED
+    kv_tier: str | None = None  # where its prompt cache waits between requests (None: no prompt cache)
+    storage_usd_per_hour: float = 0.0  # holding that cache outside HBM (included in usd_per_hour)
+    input_tokens_per_s: float = 0.0  # prompt tokens per second per replica it prefills (or, decoding, receives)
+    kv_handoff_bytes: float = 0.0  # prompt KV cache one request carries from a prefill to a decode replica
+    nic_bytes_per_s: float = 0.0  # the replica's scale-out bandwidth for that hand-off (achievable)
+
+    @property
+    def accelerators(self) -> int:
+        return self.layout.n_accelerators
+
+    @property
+    def stage_size(self) -> int:
+        return self.layout.stage_size
+
+    @property
+    def stages(self) -> int:
+        return self.layout.pp
+
+    @property
+    def usd_per_million_output_tokens(self) -> float:
+        return self.usd_per_hour / 3600.0 / self.output_tokens_per_s * 1e6
+
+    @property
+    def output_tokens_per_s_per_accelerator(self) -> float:
+        return self.output_tokens_per_s / self.accelerators
+
+    def sort_key(self) -> tuple:
+        """Canonical order used to break ties deterministically."""
+        return (self.role != ServingRole.AGGREGATED, str(self.role), self.rack_id, self.accelerators, self.layout.pp, -self.layout.tp,
+                self.layout.ep, self.batch)
+
+    def describe(self) -> str:
+        role = "" if self.role is ServingRole.AGGREGATED else f"{self.role} "
+        return f"{role}{self.rack_id} {self.layout.describe()}, batch {self.batch}"
+
+
+def handoff_s(prefill: Candidate, decode: Candidate) -> float:
+    """Time to move one request's prompt KV cache from a prefill replica to a decode replica over
+    the slower side's NICs (the planner's bound; a placement in one NVLink domain is faster)."""
+    return prefill.kv_handoff_bytes / min(prefill.nic_bytes_per_s, decode.nic_bytes_per_s)
+
+
+def pair_ttft_s(prefill: Candidate, decode: Candidate) -> float:
+    """TTFT of a disaggregated request: prefill (queue + prompt), KV hand-off, join a decode step."""
+    return prefill.ttft_s + handoff_s(prefill, decode) + decode.ttft_s
+
+
+@dataclass
+class RackAnalysis:
+    """What the enumeration found for one workload on one rack type, including why layouts failed."""
+
+    workload: str
+    rack_id: str
+    candidates: list[Candidate] = field(default_factory=list)
+    layouts_tried: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)  # reason -> count of layouts
+    min_hbm_need_bytes: float = math.inf  # smallest HBM need of any layout at its smallest batch
+    hbm_capacity_bytes: float = 0.0
+    min_tpot_s: float = math.inf  # best TPOT of any layout that fits HBM
+    min_ttft_s: float = math.inf
+    max_stage_size: int = 0
+
+    def reject(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [2**k for k in range(int(math.log2(limit)) + 1)] if limit >= 1 else []
+
+
+def _weights_fit(arch: ModelArch, layout: Layout, precisions: Precisions, capacity: float, reserve: float) -> bool:
+    """Cheap screen before any graph work: even-split weights plus the runtime reserve fit HBM."""
+    counts = param_counts(arch)
+    routed = counts.layers_routed_total
+    dense = counts.total - routed
+    per_accelerator = (dense * precisions.weight_bytes / layout.tp + routed * precisions.expert_weight_bytes / layout.stage_size) / layout.pp
+    return per_accelerator + reserve <= capacity
+
+
+def enumerate_layouts(arch: ModelArch, rack: RackType, precisions: Precisions, overheads: Overheads,
+                      max_stage_size: int, max_accelerators: int | None) -> Iterable[Layout]:
+    """Valid layouts with power-of-two stage sizes up to `max_stage_size`."""
+    capacity = rack.accelerator.hbm_capacity_bytes
+    reserve = overheads.runtime_reserved_bytes
+    for stage in _powers_of_two(max_stage_size):
+        for tp in _powers_of_two(stage):
+            dp_attn = stage // tp
+            if not arch.is_moe and dp_attn > 1:
+                continue
+            ep_options = {1}
+            if arch.is_moe:
+                ep_options = {e for e in (1, dp_attn, stage) if arch.moe.n_routed_experts % e == 0}
+            for ep in sorted(ep_options):
+                base = Layout(tp=tp, ep=ep, pp=1, dp_attn=dp_attn)
+                fewest = next((p for p in _powers_of_two(MAX_PIPELINE_STAGES) if _weights_fit(arch, Layout(tp, ep, p, dp_attn), precisions, capacity, reserve)), None)
+                if fewest is None:
+                    yield base  # reported as an HBM rejection
+                    continue
+                for k in range(EXTRA_PIPELINE_DOUBLINGS + 1):
+                    pp = fewest * 2**k
+                    if pp > min(MAX_PIPELINE_STAGES, arch.n_layers):
+                        break
+                    if max_accelerators is not None and stage * pp > max_accelerators:
+                        break
+                    yield Layout(tp=tp, ep=ep, pp=pp, dp_attn=dp_attn)
+
+
+def _batch_grid(granularity: int, max_batch: int) -> np.ndarray:
+    multiples = sorted({round(step * 2**k) for k in range(40) for step in GRID_STEPS if step * 2**k * granularity <= max_batch})
+    return np.array([m * granularity for m in multiples], dtype=float)
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What a batch must satisfy: the workload's limits, and for a decode replica the NICs that
+    receive its requests' KV caches."""
+
+    tpot_s: float | None
+    ttft_s: float | None
+    inbound_bytes_per_s: float | None = None  # NIC capacity for KV arriving at a decode replica
+    kv_per_request_bytes: float = 0.0
+    output_tokens: int = 1
+
+
+def _limits(workload: ResolvedWorkload, role: ServingRole, nic_bytes_per_s: float, kv_bytes: float) -> _Limits:
+    if role is ServingRole.DECODE:  # TTFT is checked on prefill-decode pairs
+        return _Limits(workload.tpot_limit_s, None, nic_bytes_per_s, kv_bytes, workload.output_tokens)
+    return _Limits(workload.tpot_limit_s, workload.ttft_limit_s)
+
+
+def _checks(table: BatchTable, limits: _Limits) -> list[tuple[str, np.ndarray]]:
+    checks = [("hbm", table.fits)]
+    if limits.tpot_s is not None:
+        checks.append(("tpot", table.tpot_s <= limits.tpot_s))
+    if limits.ttft_s is not None:
+        checks.append(("ttft", table.ttft_s <= limits.ttft_s))
+    if limits.inbound_bytes_per_s is not None:
+        inbound = table.sustained_output_tokens_per_s / limits.output_tokens * limits.kv_per_request_bytes
+        checks.append(("nic", inbound <= limits.inbound_bytes_per_s))
+    return checks
+
+
+def _feasible(table: BatchTable, limits: _Limits) -> np.ndarray:
+    ok = np.ones_like(table.batches, dtype=bool)
+    for _, passed in _checks(table, limits):
+        ok &= passed
+    return ok
+
+
+def _limit_reason(table: BatchTable, limits: _Limits, index: int) -> str:
+    """Which constraint the batch after `index` violates (the one that stopped the batch growing)."""
+    for name, passed in _checks(table, limits):
+        if not passed[index]:
+            return name
+    return "max_batch"
+
+
+def _largest_feasible_batch(inp: DeploymentInputs, workload: _Limits, table: BatchTable,
+                            max_batch: int) -> tuple[BatchTable, int, str] | None:
+    """From the layout's table on its batch grid: the largest feasible batch after an exact
+    refinement between grid points, and the reason the next batch fails."""
+    q = inp.layout.pp * inp.layout.dp_attn
+    grid = table.batches
+    ok = _feasible(table, workload)
+    if not ok[0]:
+        return None
+    last = int(np.flatnonzero(ok)[-1])
+    if last == len(grid) - 1:
+        return table, last, "max_batch"
+    lo, hi = int(grid[last]) // q, int(grid[last + 1]) // q  # multiples of q: lo feasible, hi not
+    reason = _limit_reason(table, workload, last + 1)
+    while hi - lo > 1:
+        probe = np.unique(np.linspace(lo, hi, num=min(hi - lo + 1, REFINE_POINTS)).round().astype(int))
+        fine = evaluate_batches(inp, probe * q)
+        best = int(np.flatnonzero(_feasible(fine, workload))[-1])
+        lo, hi = int(probe[best]), int(probe[best + 1])
+        table, last, reason = fine, best, _limit_reason(fine, workload, best + 1)
+    return table, last, reason
+
+
+def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTable, i: int, reason: str,
+               spans: bool, notes: tuple[str, ...], handoff: tuple[float, float] = (0.0, 0.0)) -> Candidate:
+    step = dict(zip(("compute", "weights", "kv", "comm"), (float(term[i]) for term in table.serving_step), strict=True))
+    if inp.role is ServingRole.PREFILL:  # cost and demand are counted in the output tokens its prompts feed
+        step = {"compute": table.prefill_step.compute_s, "weights": table.prefill_step.weights_s, "kv": table.prefill_step.kv_s,
+                "comm": table.prefill_step.comm_s}
+        output_rate = table.prefill_tokens_per_s * workload.output_tokens / inp.prefilled_tokens
+    else:
+        output_rate = float(table.sustained_output_tokens_per_s[i])
+    return Candidate(
+        workload=workload.name,
+        model_key=workload.model_key,
+        rack_id=inp.rack.id,
+        accelerator_id=inp.rack.accelerator.id,
+        layout=inp.layout,
+        batch=int(table.batches[i]),
+        precisions=inp.precisions,
+        tpot_s=0.0 if inp.role is ServingRole.PREFILL else float(table.tpot_s[i]),
+        ttft_s=float(table.ttft_s[i]),
+        decode_tokens_per_s=float(table.decode_tokens_per_s[i]),
+        output_tokens_per_s=output_rate,
+        usd_per_hour=inp.rack.accelerator.price_usd_per_hour * inp.layout.n_accelerators + float(table.storage_usd_per_s[i]) * SECONDS_PER_HOUR,
+        hbm_fill_fraction=float(table.used_bytes[i] / table.capacity_bytes),
+        dominant_term=max(step, key=step.__getitem__),
+        batch_limit=reason,
+        spans_domains=spans,
+        notes=notes,
+        role=inp.role,
+        kv_tier=None if inp.prefix_cache is None or inp.role is ServingRole.DECODE else inp.prefix_cache.tier.id,
+        storage_usd_per_hour=float(table.storage_usd_per_s[i]) * SECONDS_PER_HOUR,
+        input_tokens_per_s=float(table.sustained_input_tokens_per_s[i]),
+        kv_handoff_bytes=handoff[0],
+        nic_bytes_per_s=handoff[1],
+    )
+
+
+def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType, workload: ResolvedWorkload,
+                 overheads: Overheads, settings: CandidateSettings, max_accelerators: int | None,
+                 expert_imbalance: Callable[[int], float] = lambda ep: 1.0) -> RackAnalysis:
+    """All candidates for `workload` on `rack` in each serving role the workload allows, and the
+    reasons other layouts were rejected. `expert_imbalance(ep)` is the hottest rank's expert load
+    over the mean for `ep` ranks."""
+    precisions, notes = resolve_precisions(precision_spec, arch, rack.accelerator)
+    analysis = RackAnalysis(workload.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes)
+    max_stage = rack.n_accelerators if not settings.allow_spanning_domains else max(rack.n_accelerators, max_accelerators or 1024)
+    analysis.max_stage_size = max_stage
+    accel = rack.accelerator
+    for layout in enumerate_layouts(arch, rack, precisions, overheads, max_stage, max_accelerators):
+        analysis.layouts_tried += 1
+        if layout_issues(arch, layout, layout.pp * layout.dp_attn):
+            analysis.reject("invalid")
+            continue
+        spread = arch.is_moe and layout.ep > 1
+        base = DeploymentInputs(arch, rack, layout, layout.pp * layout.dp_attn, workload.input_tokens, workload.output_tokens,
+                                precisions, overheads, settings.overlap, settings.prefill_chunk_tokens, notes,
+                                expert_imbalance(layout.ep) if spread else 1.0,
+                                settings.redundant_experts_per_rank if spread else 0)
+        links = default_replica_links(rack, layout, overheads.collective_latency_s)
+        spans = links.tp.spans_domains or links.stage.spans_domains  # pipeline stages may sit in different racks
+        handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),
+                   layout.n_accelerators * accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction)
+        reasons = []
+        for role in workload.roles:
+            found = _cheapest_cache_option(replace(base, role=role), workload, settings, spans, notes, handoff, analysis)
+            if isinstance(found, str):
+                reasons.append(found)
+            else:
+                analysis.candidates.extend(found)
+        if len(reasons) == len(workload.roles):
+            analysis.reject(reasons[0])
+    return analysis
+
+
+def _cache_options(inp: DeploymentInputs, workload: ResolvedWorkload) -> list[CacheUse | None]:
+    """No prompt cache, or the workload's cache in each tier it allows on this accelerator."""
+    request = workload.prefix_cache
+    if request is None or inp.role is ServingRole.DECODE:
+        return [None]
+    tiers = [t for t in tiers_for(inp.rack.accelerator) if request.tier in ("auto", t.id)]
+    options = [CacheUse(request.hit_rate, request.prefix_tokens, request.retention_s, t) for t in tiers]
+    return ([None] if request.tier == "auto" else []) + options
+
+
+def _cheapest_cache_option(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
+                           notes: tuple[str, ...], handoff: tuple[float, float], analysis: RackAnalysis) -> list[Candidate] | str:
+    """The layout's candidates in one role with the cheapest place for its prompt cache: holding a
+    prefix costs its tier's price for the retention time, recomputing it costs prefill; the option
+    with the lowest cost per output token at its largest feasible batch wins."""
+    best, reasons = None, []
+    for option in _cache_options(inp, workload):
+        found = _role_candidates(replace(inp, prefix_cache=option), workload, settings, spans, notes, handoff, analysis)
+        if isinstance(found, str):
+            reasons.append(found)
+        elif best is None or found[0].usd_per_million_output_tokens < best[0].usd_per_million_output_tokens * (1 - 1e-12):
+            best = found
+    return best if best is not None else (reasons[0] if reasons else "hbm")
+
+
+def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
+                     notes: tuple[str, ...], handoff: tuple[float, float], analysis: RackAnalysis) -> list[Candidate] | str:
+    """The layout's candidates in one role, or the reason it has none."""
+    layout = inp.layout
+    limits = _limits(workload, inp.role, handoff[1], handoff[0])
+    if inp.role is ServingRole.PREFILL:  # one candidate: the prompts of one micro-batch per stage in flight
+        table = evaluate_batches(inp, [layout.pp * layout.dp_attn])
+        analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(table.used_bytes[0]))
+        if not table.fits[0]:
+            return "hbm"
+        if limits.ttft_s is not None and table.ttft_s[0] > limits.ttft_s:
+            return "ttft"
+        return [_candidate(inp, workload, table, 0, "prefill", spans, notes, handoff)]
+    grid = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica))
+    analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
+    if not grid.fits[0]:
+        return "hbm"
+    analysis.min_tpot_s = min(analysis.min_tpot_s, float(grid.tpot_s[0]))
+    analysis.min_ttft_s = min(analysis.min_ttft_s, float(grid.ttft_s[0]))
+    found = _largest_feasible_batch(inp, limits, grid, settings.max_batch_per_replica)
+    if found is None:
+        return _limit_reason(grid, limits, 0)
+    table, best, reason = found
+    out = [_candidate(inp, workload, table, best, reason, spans, notes, handoff)]
+    if settings.keep_batch_ladder:
+        ladder = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, int(table.batches[best])))
+        out += [_candidate(inp, workload, ladder, int(i), "ladder", spans, notes, handoff) for i in np.flatnonzero(_feasible(ladder, limits))]
+    return out
+
+
+def pareto_prune(candidates: list[Candidate], use_latency: bool = False) -> list[Candidate]:
+    """Drop every candidate another one of the same role beats: no more accelerators, at least the
+    throughput (and, with `use_latency`, no worse TPOT), strictly better somewhere. Prefill and
+    decode candidates also keep what their pairing depends on: TTFT and NIC bandwidth. Ties keep
+    the canonical first."""
+    kept: list[Candidate] = []
+    for role in ServingRole:
+        mine = [c for c in candidates if c.role is role]
+        paired = role is not ServingRole.AGGREGATED
+        ordered = sorted(mine, key=lambda c: (c.accelerators, -c.output_tokens_per_s, c.tpot_s, c.ttft_s, c.sort_key()))
+        chosen: list[Candidate] = []
+        for c in ordered:
+            dominated = any(
+                k.accelerators <= c.accelerators and k.output_tokens_per_s >= c.output_tokens_per_s
+                and (not use_latency or k.tpot_s <= c.tpot_s)
+                and (not paired or (k.ttft_s <= c.ttft_s and k.nic_bytes_per_s >= c.nic_bytes_per_s))
+                for k in chosen
+            )
+            if not dominated:
+                chosen.append(c)
+        kept += chosen
+    return kept

@@ -1,0 +1,233 @@
+"""Why a plan is what it is: the constraint that binds each deployment, the roofline term that
+dominates its step, what binds the fleet, and the best rejected alternative with why it lost."""
+
+import math
+from dataclasses import dataclass, replace
+
+from planner.physics.deployment import ServingRole
+from planner.units import format_bytes, format_rate, format_seconds, format_usd
+
+__all__ = ["Alternative", "DeploymentExplanation", "PlanExplanation", "RackComparison", "explain_plan"]
+
+# Objectives closer than this are ties: above the micro-dollar rounding of CP-SAT's integer objective
+# (model_builder.USD_RESOLUTION on costs of cents and up), below any difference worth reporting.
+TIE_FRACTION = 1e-5
+
+LIMIT_SENTENCES = {
+    "hbm": "HBM capacity binds: batch {batch} is the largest whose weights, KV cache and activations fit",
+    "tpot": "the TPOT limit binds: batch {batch} is the largest that decodes within {limit}",
+    "ttft": "the TTFT limit binds: batch {batch} is the largest whose queueing plus prefill stays within {limit}",
+    "max_batch": "the batch cap binds: batch {batch} is solver.max_batch_per_replica",
+    "ladder": "a smaller batch than the largest feasible one, chosen for latency",
+    "nic": "the NICs bind: batch {batch} is the largest whose requests' KV caches the replica's scale-out links can receive",
+    "prefill": "a prefill replica: {rate} prompt tokens, each prompt ready in {latency}",
+}
+
+
+@dataclass(frozen=True)
+class DeploymentExplanation:
+    workload: str
+    rack: str
+    binding: str
+    dominant: str
+
+
+@dataclass(frozen=True)
+class RackComparison:
+    workload: str
+    rack: str
+    best: str  # best layout on this rack type, or why there is none
+    usd_per_million_output_tokens: float | None
+    relative_to_chosen: float | None
+
+
+@dataclass(frozen=True)
+class Alternative:
+    description: str
+    objective: float | None
+    delta_fraction: float | None
+    reason: str
+
+    @property
+    def ties(self) -> bool:
+        """Within the solver's objective resolution of the plan (the integer units of the CP-SAT objective)."""
+        return self.delta_fraction is not None and abs(self.delta_fraction) < TIE_FRACTION
+
+
+@dataclass(frozen=True)
+class PlanExplanation:
+    deployments: tuple[DeploymentExplanation, ...]
+    fleet: tuple[str, ...]
+    racks: tuple[RackComparison, ...]
+    alternative: Alternative | None
+
+    def lines(self) -> list[str]:
+        out = [f"{d.workload} on {d.rack}: {d.binding}; {d.dominant}" for d in self.deployments]
+        out += list(self.fleet)
+        for r in self.racks:
+            if r.relative_to_chosen is not None:
+                out.append(f"{r.workload} on {r.rack}: best is {r.best} at {format_usd(r.usd_per_million_output_tokens)}/M output "
+                           f"tokens ({r.relative_to_chosen:.2f}x the plan's blended cost for {r.workload})")
+            else:
+                out.append(f"{r.workload} on {r.rack}: {r.best}")
+        if self.alternative is not None and self.alternative.ties:
+            out.append(f"an equally good alternative: {self.alternative.description} ({self.alternative.reason}); the plan is "
+                       "the canonical choice among ties (fewer deployments, then catalog order, then fewer replicas)")
+        elif self.alternative is not None:
+            out.append(f"best rejected alternative: {self.alternative.description} ({self.alternative.reason})")
+        return out
+
+
+def _deployment(result, d) -> DeploymentExplanation:
+    c, e = d.candidate, d.estimate
+    w = next(w for w in result.problem.workloads if w.name == c.workload)
+    limit = {"tpot": w.tpot_limit_s, "ttft": w.ttft_limit_s}.get(c.batch_limit)
+    binding = LIMIT_SENTENCES[c.batch_limit].format(batch=c.batch, limit=format_seconds(limit) if limit else "",
+                                                    rate=format_rate(c.input_tokens_per_s), latency=format_seconds(e.prefill_latency_s))
+    prefill = c.role is ServingRole.PREFILL
+    step = e.prefill_chunk_step if prefill else e.serving_step
+    share = {"compute": step.compute_s, "weights": step.weights_s, "kv": step.kv_s, "comm": step.comm_s}[step.dominant_term] / step.total_s
+    names = {"compute": "compute", "weights": "weight fetch", "kv": "KV fetch", "comm": "communication"}
+    what = "a prefill chunk" if prefill else "the decode step"
+    dominant = f"{names[step.dominant_term]} dominates {what} ({share:.0%} of {format_seconds(step.total_s)}, {step.bound}-bound)"
+    rack = c.rack_id if c.role is ServingRole.AGGREGATED else f"{c.rack_id} ({c.role})"
+    if c.kv_tier is not None:
+        held = e.prompt_cache_bytes_per_accelerator
+        dominant += (f"; its prompt cache ({format_bytes(held)} per accelerator) waits in {c.kv_tier}"
+                     + (f" for {format_usd(c.storage_usd_per_hour * d.replicas)}/h" if c.storage_usd_per_hour else ""))
+    elif w.prefix_cache is not None and c.role is not ServingRole.DECODE:
+        dominant += "; no prompt cache: recomputing the prefix is cheaper than holding it in any tier that fits"
+    return DeploymentExplanation(c.workload, rack, binding, dominant)
+
+
+def _modes(result, time_limit_s: float, seed: int, workers: int) -> list[str]:
+    """For workloads whose serving mode the solver chose: the other mode's best plan and the margin."""
+    from planner.solver.solve import solve_data
+
+    lines = []
+    for w in result.problem.workloads:
+        if w.serving != "auto":
+            continue
+        split = result.is_split(w.name)
+        data = replace(result.data, forced_split={**result.data.forced_split, w.name: not split})
+        raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers, canonical=False)
+        won, lost = ("disaggregated (prefill and decode pools)", "aggregated") if split else ("aggregated", "disaggregated")
+        if raw.objective is None:
+            lines.append(f"{w.name}: {won} serving; {lost} serving has no feasible plan here")
+            continue
+        base = result.stats.objective
+        delta = (raw.objective - base) / abs(base) if base else math.inf
+        lines.append(f"{w.name}: {won} serving wins; {lost} would cost {raw.objective:.6g} {result.stats.objective_unit} "
+                     f"({delta:+.1%})")
+    return lines
+
+
+def _fleet(result) -> list[str]:
+    """Fleet-level limits that bind: rack types fully used, demands met with little slack."""
+    lines = []
+    for rack_id, pool in result.data.pools.items():
+        used = sum(d.accelerators for d in result.deployments if d.candidate.rack_id == rack_id)
+        if pool.count is not None and used:
+            total = pool.count * pool.domain_size - sum(len(b) for b in pool.broken)
+            down = f" ({sum(len(b) for b in pool.broken)} unavailable)" if pool.broken else ""
+            state = "all in use (the rack budget binds)" if used == total else f"{used} of {total} available accelerators in use"
+            state += down
+            lines.append(f"{rack_id}: {state}")
+    for w in result.problem.workloads:
+        if w.output_tokens_per_s is None:
+            lines.extend(_room_for_replicas(result, w.name))
+            continue
+        served = result.served_output_tokens_per_s(w.name)
+        lines.append(f"{w.name}: serves {format_rate(served)} output tokens for a demand of {format_rate(w.output_tokens_per_s)} "
+                     f"({served / w.output_tokens_per_s - 1:+.0%} headroom from whole replicas)")
+    return lines
+
+
+def _room_for_replicas(result, workload: str) -> list[str]:
+    """Without a demand the plan has one replica per workload; say how many the fleet could hold."""
+    lines = []
+    for d in result.deployments:
+        c = d.candidate
+        pool = result.data.pools[c.rack_id]
+        if c.workload != workload or pool.count is None or c.stage_size > pool.domain_size or c.role is not ServingRole.AGGREGATED:
+            continue
+        per_rack = pool.domain_size // c.stage_size
+        replicas = pool.count * per_rack // c.stages
+        lines.append(f"{workload}: one replica is planned (cost per token does not depend on the count); "
+                     f"{pool.count} x {c.rack_id} hold {replicas} such replicas, {format_rate(replicas * c.output_tokens_per_s)} output tokens")
+    return lines
+
+
+def _racks(result) -> list[RackComparison]:
+    """For every workload and rack type, the cheapest layout per token and how it compares."""
+    comparisons = []
+    for w in result.problem.workloads:
+        chosen = [d for d in result.deployments if d.candidate.workload == w.name]
+        tokens = result.served_output_tokens_per_s(w.name)
+        reference = sum(d.usd_per_hour for d in chosen) / 3600.0 / tokens * 1e6 if tokens else None  # the plan's blended $/M
+        for (workload, rack_id), analysis in result.analyses.items():
+            if workload != w.name:
+                continue
+            if not analysis.candidates:
+                reasons = ", ".join(f"{k}: {n} layouts" for k, n in sorted(analysis.rejected.items())) or "no valid layout"
+                comparisons.append(RackComparison(w.name, rack_id, f"no layout is feasible ({reasons})", None, None))
+                continue
+            best = _best_per_token(analysis.candidates)
+            if best is None:
+                comparisons.append(RackComparison(w.name, rack_id, "only one of the prefill and decode roles fits", None, None))
+                continue
+            text, cost = best
+            relative = cost / reference if reference else None
+            comparisons.append(RackComparison(w.name, rack_id, text, cost, relative))
+    return comparisons
+
+
+def _best_per_token(candidates) -> tuple[str, float] | None:
+    """The cheapest way per output token to serve a workload on one rack type: an aggregated
+    candidate, or the cheapest prefill plus the cheapest decode candidate (their pairing TTFT aside)."""
+    options = []
+    for c in candidates:
+        if c.role is ServingRole.AGGREGATED:
+            options.append((c.usd_per_million_output_tokens, f"{c.layout.describe()}, batch {c.batch} ({c.batch_limit}-bound)"))
+    prefill = [c for c in candidates if c.role is ServingRole.PREFILL]
+    decode = [c for c in candidates if c.role is ServingRole.DECODE]
+    if prefill and decode:
+        p = min(prefill, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
+        q = min(decode, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
+        options.append((p.usd_per_million_output_tokens + q.usd_per_million_output_tokens,
+                        f"prefill {p.layout.describe()} + decode {q.layout.describe()}, batch {q.batch} ({q.batch_limit}-bound)"))
+    if not options:
+        return None
+    cost, text = min(options)
+    return text, cost
+
+
+def _alternative(result, time_limit_s: float, seed: int, workers: int) -> Alternative | None:
+    """The best plan that does not use exactly the chosen set of candidates."""
+    from planner.solver.solve import solve_data
+
+    chosen = frozenset(j for j, c in enumerate(result.data.candidates)
+                       if any(d.candidate == c for d in result.deployments))
+    if not chosen:
+        return None
+    data = replace(result.data, excluded=result.data.excluded + (chosen,))
+    raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers)
+    if raw.objective is None:
+        return Alternative("none", None, None, "no other combination of deployments meets the constraints")
+    picked = [f"{r} x {data.candidates[j].describe()} for {data.candidates[j].workload}" for j, r in sorted(raw.chosen.items())]
+    base = result.stats.objective
+    delta = (raw.objective - base) / abs(base) if base else math.inf
+    unit = result.stats.objective_unit
+    reason = f"objective {raw.objective:.6g} {unit} vs {base:.6g}, {delta:+.1%}"
+    if abs(delta) < TIE_FRACTION:
+        reason = f"the same objective, {base:.6g} {unit}"
+    return Alternative("; ".join(picked), raw.objective, delta, reason)
+
+
+def explain_plan(result, *, time_limit_s: float, seed: int, workers: int) -> PlanExplanation:
+    return PlanExplanation(
+        deployments=tuple(_deployment(result, d) for d in result.deployments),
+        fleet=tuple(_fleet(result) + _modes(result, time_limit_s, seed, workers)),
+        racks=tuple(_racks(result)),
+        alternative=_alternative(result, time_limit_s, seed, workers),
+    )
