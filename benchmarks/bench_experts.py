@@ -25,8 +25,9 @@ import time
 
 import numpy as np
 
-from planner.placement.experts import eplb_baseline, place_experts, synthetic_profile
 from planner.model.catalog import load_model_catalog
+from planner.model.expert_loads import synthetic_profile
+from planner.placement.experts import eplb_baseline, place_experts
 
 CASES = [("deepseek-v3", 32), ("deepseek-v3", 64), ("deepseek-v3", 128), ("kimi-k2", 48), ("kimi-k2", 96), ("kimi-k2", 128)]
 

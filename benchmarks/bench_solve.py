@@ -18,7 +18,8 @@ from ortools.sat.python import cp_model
 from planner import links
 from planner.paths import data_dir
 from planner.problem.spec import load_problem, parse_problem, resolve_problem
-from planner.solver.solve import prepare, solve, solve_data
+from planner.solver.search import solve_data
+from planner.solver.solve import prepare, solve
 
 BIG_MODELS = ["llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b", "qwen3-32b", "mixtral-8x7b", "gpt-oss-120b", "deepseek-v3",
               "llama-4-scout", "qwen3-235b-a22b", "gpt-oss-20b", "mixtral-8x22b", "llama-4-maverick"]

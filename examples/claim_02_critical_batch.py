@@ -6,11 +6,11 @@ tokens in flight for a DeepSeek-V3-like MoE.
 
 from common import parse_args, row
 
-from planner.model.architecture import param_counts
 from planner.hardware.catalog import load_hardware_catalog
+from planner.model.architecture import param_counts
 from planner.model.catalog import load_model_catalog
-from planner.precision import FlopsFormat
 from planner.physics.roofline import critical_batch_size
+from planner.precision import FlopsFormat
 
 parse_args(__doc__)
 hw, models = load_hardware_catalog(), load_model_catalog()

@@ -5,8 +5,8 @@ worst-case queueing is about two departures.
 from common import parse_args, row
 
 from planner.hardware.catalog import load_hardware_catalog
-from planner.quick import evaluate
 from planner.physics.roofline import hbm_drain_time_s
+from planner.quick import evaluate
 
 parse_args(__doc__)
 hw = load_hardware_catalog()

@@ -4,8 +4,8 @@ trillion-parameter model and its KV cache fit in one Blackwell rack and not in o
 
 from common import parse_args, row
 
-from planner.model.architecture import param_counts
 from planner.hardware.catalog import load_hardware_catalog
+from planner.model.architecture import param_counts
 from planner.model.catalog import load_model_catalog
 from planner.precision import Precision, bytes_per_value
 

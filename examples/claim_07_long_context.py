@@ -7,13 +7,13 @@ from pathlib import Path
 
 from common import parse_args, row
 
-from planner.model.architecture import kv_bytes_per_token, param_counts
-from planner.output.charts import plt
 from planner.hardware.catalog import load_hardware_catalog
+from planner.model.architecture import kv_bytes_per_token, param_counts
 from planner.model.catalog import load_model_catalog
-from planner.studies.prices import load_price_sheet, read_prices
-from planner.quick import evaluate
+from planner.output.charts import plt
 from planner.physics.roofline import kv_compute_crossover_context_tokens
+from planner.quick import evaluate
+from planner.studies.prices import load_price_sheet, read_prices
 
 args = parse_args(__doc__)
 hw, models = load_hardware_catalog(), load_model_catalog()

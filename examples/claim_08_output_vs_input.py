@@ -6,8 +6,8 @@ from pathlib import Path
 
 from common import parse_args, row
 
-from planner.studies.prices import load_price_sheet, read_prices
 from planner.quick import evaluate
+from planner.studies.prices import load_price_sheet, read_prices
 
 parse_args(__doc__)
 cases = [("llama-3.1-8b", "hgx-h100", 128, 1, {}), ("llama-3.1-70b", "hgx-h100", 64, 8, {}),

@@ -5,9 +5,9 @@ cost-against-speed Pareto frontier shows it (the lecture: ~2.5x the speed for ~6
 from common import parse_args
 
 from planner.output.charts import plot_frontier
+from planner.output.sweep_report import frontier_summary
 from planner.paths import data_dir
 from planner.problem.spec import load_problem
-from planner.output.sweep_report import frontier_summary
 from planner.studies.sweeps import FAST_MODE_SPEEDUP, sweep_frontier
 
 args = parse_args(__doc__)

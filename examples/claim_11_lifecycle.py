@@ -8,13 +8,13 @@ pipeline.
 
 from common import parse_args
 
-from planner.model.architecture import param_counts
 from planner.hardware.catalog import load_hardware_catalog
-from planner.studies.lifecycle import TrainingLayout, lifecycle
+from planner.model.architecture import param_counts
 from planner.model.catalog import load_model_catalog
 from planner.paths import data_dir
 from planner.problem.spec import load_problem, resolve_problem
 from planner.solver.solve import solve
+from planner.studies.lifecycle import TrainingLayout, lifecycle
 
 parse_args(__doc__)
 n = param_counts(load_model_catalog()["deepseek-v3"]).active_matmul

@@ -2,10 +2,10 @@
 
 import pytest
 
-from planner.physics.deployment import Layout, Precisions
-from planner.physics.estimate import DeploymentInputs, estimate
 from planner.hardware.catalog import load_hardware_catalog
 from planner.model.catalog import load_model_catalog
+from planner.physics.deployment import Layout, Precisions
+from planner.physics.estimate import DeploymentInputs, estimate
 from planner.precision import FlopsFormat, Precision
 
 

@@ -3,7 +3,11 @@
 import numpy as np
 import pytest
 
-from planner.model.architecture import kv_bytes_per_sequence, kv_bytes_per_token, param_counts
+from planner.model.architecture import (
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    param_counts,
+)
 
 REQUIRED = [
     "deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b", "llama-3.1-8b", "llama-3.1-70b",

@@ -7,8 +7,8 @@ from dataclasses import asdict
 import pytest
 
 from planner.errors import PlannerInputError
-from planner.model.hf_config import load_hf_config, spec_from_hf_config
 from planner.model.catalog import arch_from_spec
+from planner.model.hf_config import load_hf_config, spec_from_hf_config
 
 DEEPSEEK_V3 = {
     "model_type": "deepseek_v3", "num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 129280,

@@ -6,11 +6,11 @@ from dataclasses import replace
 import pytest
 from expect import expect_feasible, expect_infeasible, expect_objective
 
-from planner.solver.candidates import Candidate
 from planner.physics.deployment import Layout, Precisions
-from planner.solver.model_builder import PlanningData, RackPool, rack_items
 from planner.precision import FlopsFormat, Precision
 from planner.problem.spec import Objective
+from planner.solver.candidates import Candidate
+from planner.solver.model_builder import PlanningData, RackPool, rack_items
 from planner.solver.reference import fits_racks
 
 PRECISIONS = Precisions(Precision.BF16, Precision.BF16, Precision.BF16, FlopsFormat.BF16)

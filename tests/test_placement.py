@@ -12,19 +12,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.cli.main import main
+from planner.model.expert_loads import synthetic_profile
+from planner.output.export import export_plan, placement_document
+from planner.output.plan_report import solve_record
+from planner.output.validate import check_plan
+from planner.paths import data_dir
 from planner.placement.experts import (
     eplb_baseline,
     max_overlap_assignment,
     place_experts,
-    synthetic_profile,
 )
-from planner.output.export import export_plan, placement_document
 from planner.placement.packing import PlacementFailed, RackSlots, StageItem, place
-from planner.paths import data_dir
-from planner.output.plan_report import solve_record
 from planner.problem.spec import load_problem, parse_problem, resolve_problem
 from planner.solver.solve import solve
-from planner.output.validate import check_plan
 
 # ---------------------------------------------------------------------------------------------
 # stages into racks
@@ -184,7 +184,11 @@ def test_custom_cluster_plan_avoids_the_failed_gpu_and_keeps_replicas_in_a_box(p
 
 
 def test_the_degraded_box_has_less_scale_up_bandwidth(plans):
-    from planner.hardware.topology import accelerator_nodes, build_cluster_graph, group_links
+    from planner.hardware.topology import (
+        accelerator_nodes,
+        build_cluster_graph,
+        group_links,
+    )
 
     resolved = plans["custom-cluster-degraded-hgx"][0]
     rack = resolved.hardware.racks["hgx-h100-3sw"]

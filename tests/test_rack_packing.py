@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 from test_model_builder import cand
 
-from planner.solver.model_builder import PlanningData, RackPool
 from planner.problem.spec import Objective
+from planner.solver.model_builder import PlanningData, RackPool
 from planner.solver.reference import fits_racks
 
 

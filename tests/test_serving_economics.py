@@ -12,22 +12,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from planner.cli.main import main
 from planner.model.architecture import kv_bytes_per_sequence
 from planner.output.cache_report import cache_economics
-from planner.cli.main import main
-from planner.physics.deployment import ServingRole
 from planner.output.export import export_plan
+from planner.output.plan_report import solve_record
+from planner.output.validate import check_plan
+from planner.paths import data_dir
+from planner.physics.deployment import ServingRole
 from planner.physics.kv_cache import (
     break_even_retention_s,
     cached_bytes,
     hit_discount,
     tiers_for,
 )
-from planner.paths import data_dir
-from planner.output.plan_report import solve_record
 from planner.problem.spec import load_problem, parse_problem, resolve_problem
 from planner.solver.solve import solve
-from planner.output.validate import check_plan
 
 L, D, FFN, VOCAB = 32, 4096, 14336, 128256
 PER_LAYER = D * 32 * 128 + 2 * D * 8 * 128 + 32 * 128 * D + 3 * D * FFN + 2 * D
@@ -212,8 +212,8 @@ def test_claim_7_read_backwards_a_200k_price_step_means_about_2_kb_per_token():
     S* = 2 N_active BW / (F kv) with F/BW = 2,500 TFLOP/s / 8 TB/s = 312.5 (GB200, bf16) and the
     lecture's ~100B active parameters gives kv = 2e11 / (312.5 x 2e5) = 3,200 bytes per token:
     about 2-3 KB, a cache far smaller than a plain GQA model's (DeepSeek-V3's MLA: 70 KB in bf16)."""
-    from planner.studies.prices import read_prices
     from planner.physics.roofline import kv_compute_crossover_context_tokens
+    from planner.studies.prices import read_prices
 
     reading = read_prices(_sheet("gemini-2.5-pro"), accelerator_id="gb200", precision="bf16", active_params=1e11)
     assert reading.implied_kv_bytes_per_token == pytest.approx(2e11 / (2500 / 8 * 2e5))
@@ -248,7 +248,11 @@ def test_claim_11_inference_balances_pretraining_about_100x_past_chinchilla():
     """50M tokens/s for 60 days = 2.592e14 inference tokens. Equal FLOPs (6 N D_pre = 2 N D_inf)
     gives D_pre = 8.64e13; for ~100B active parameters Chinchilla-optimal is 2e12, so 43x; for
     DeepSeek-V3's 37B active, 118x. The pipeline bubble of PP8 with 32 micro-batches is 7/39."""
-    from planner.studies.lifecycle import TrainingLayout, lifecycle, pipeline_bubble_fraction
+    from planner.studies.lifecycle import (
+        TrainingLayout,
+        lifecycle,
+        pipeline_bubble_fraction,
+    )
 
     assert pipeline_bubble_fraction(8, 32) == pytest.approx(7 / 39)
     layout = TrainingLayout("gb200", 8192, 2500e12 * 0.729, 4.5, 8, 32)

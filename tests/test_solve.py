@@ -6,11 +6,11 @@ import json
 import pytest
 
 from planner.cli.main import main
-from planner.paths import data_dir
 from planner.output.plan_report import solve_record
+from planner.output.validate import check_plan, score_plan
+from planner.paths import data_dir
 from planner.problem.spec import load_problem, parse_problem, resolve_problem
 from planner.solver.solve import solve
-from planner.output.validate import check_plan, score_plan
 
 FEASIBLE = sorted(p for p in data_dir("problems").glob("*.yaml") if not p.stem.startswith("infeasible"))
 

@@ -6,12 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from planner.physics.deployment import ServingRole
-from planner.solver.model_builder import replica_bound
 from planner.paths import data_dir
+from planner.physics.deployment import ServingRole
 from planner.problem.spec import load_problem, parse_problem, resolve_problem
+from planner.solver.model_builder import replica_bound
 from planner.solver.reference import SearchTooLarge, fits_racks, reference_optimum
-from planner.solver.solve import prepare, solve_data
+from planner.solver.search import solve_data
+from planner.solver.solve import prepare
 
 MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "qwen3-32b"]
 RACKS = ["hgx-h100", "hgx-b200", "mi300x-8", "gb200-nvl72", "tpu-v6e-256", "hgx-h200"]

@@ -11,7 +11,8 @@ from planner.cli.main import main
 from planner.errors import PlannerInputError
 from planner.paths import data_dir
 from planner.problem.spec import load_problem, resolve_problem
-from planner.solver.solve import prepare, solve_data
+from planner.solver.search import solve_data
+from planner.solver.solve import prepare
 from planner.studies.sweeps import (
     _one_workload,
     _with_tpot_limit,

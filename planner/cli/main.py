@@ -12,14 +12,20 @@ from pathlib import Path
 from rich.console import Console
 
 from planner import __version__
-from planner.model.architecture import kv_bytes_per_token, param_counts
-from planner.physics.deployment import Layout, ServingRole, layout_issues
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
-from planner.physics.estimate import DEFAULT_PREFILL_CHUNK_TOKENS, DeploymentInputs, estimate
 from planner.hardware.catalog import HardwareCatalog, load_hardware_catalog
-from planner.physics.kv_cache import cache_use, load_tier_specs, tiers_for
+from planner.model.architecture import kv_bytes_per_token, param_counts
 from planner.model.catalog import load_model_catalog
+from planner.output.report import estimate_record, render_estimate
 from planner.paths import data_dir
+from planner.physics.deployment import Layout, ServingRole, layout_issues
+from planner.physics.estimate import (
+    DEFAULT_PREFILL_CHUNK_TOKENS,
+    DeploymentInputs,
+    estimate,
+)
+from planner.physics.kv_cache import cache_use, load_tier_specs, tiers_for
+from planner.physics.roofline import OverlapPolicy
 from planner.precision import Precision
 from planner.problem.spec import (
     PrecisionSpec,
@@ -28,8 +34,6 @@ from planner.problem.spec import (
     resolve_precisions,
     resolve_problem,
 )
-from planner.output.report import estimate_record, render_estimate
-from planner.physics.roofline import OverlapPolicy
 
 __all__ = ["main"]
 
@@ -295,7 +299,11 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_frontier(args: argparse.Namespace, console: Console) -> int:
-    from planner.output.sweep_report import frontier_csv, frontier_record, render_frontier
+    from planner.output.sweep_report import (
+        frontier_csv,
+        frontier_record,
+        render_frontier,
+    )
     from planner.studies.sweeps import sweep_frontier
 
     problem, path = _problem_arg(args.problem)
@@ -379,9 +387,9 @@ def _cmd_prices(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_lifecycle(args: argparse.Namespace, console: Console) -> int:
-    from planner.studies.lifecycle import SECONDS_PER_DAY, TrainingLayout, lifecycle
-    from planner.precision import FlopsFormat
     from planner.physics.roofline import matmul_flops
+    from planner.precision import FlopsFormat
+    from planner.studies.lifecycle import SECONDS_PER_DAY, TrainingLayout, lifecycle
 
     hardware, models = load_hardware_catalog(), load_model_catalog()
     if args.accelerator not in hardware.accelerators:

@@ -7,12 +7,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
+import networkx as nx
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
-    StringConstraints,
     Tag,
     ValidationError,
     field_validator,
@@ -27,6 +26,7 @@ from planner.errors import (
 )
 from planner.paths import data_dir
 from planner.precision import FLOPS_FORMATS_NARROW_TO_WIDE, FlopsFormat
+from planner.schema import CatalogId, EdgeModel, Fraction
 from planner.units import GB, TB
 
 __all__ = [
@@ -42,20 +42,6 @@ __all__ = [
 ]
 
 TFLOP = 1e12  # FLOP in a teraFLOP (datasheets quote TFLOP/s)
-
-CatalogId = Annotated[
-    str,
-    StringConstraints(pattern=r"^[a-z0-9][a-z0-9.]*(-[a-z0-9.]+)*$"),
-    Field(description="lowercase kebab-case identifier, e.g. hgx-h100 or llama-3.1-70b"),
-]
-Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
-
-
-class EdgeModel(BaseModel):
-    """Base of every model read from a file: unknown fields are errors, values are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
 
 def _check_magnitude(value: float, field_name: str, limit: float, likely_unit: str, fix: str) -> None:
     """Catch a value written in the wrong unit (bytes/s where GB/s is asked, and so on)."""
@@ -239,7 +225,6 @@ class RackSpec(EdgeModel):
         switches = set(up.switches)
         if len(switches) != len(up.switches):
             raise ValueError("scale_up.switches names a switch twice\n    fix: give every switch a distinct name")
-        parent = list(range(self.accelerators + len(up.switches)))
         index_of = {name: self.accelerators + i for i, name in enumerate(up.switches)}
 
         def end(value: int | str, k: int, side: str) -> int:
@@ -253,18 +238,15 @@ class RackSpec(EdgeModel):
                                  f"\n    fix: add it to scale_up.switches (now {sorted(switches) or 'empty'}) or use an accelerator index")
             return index_of[value]
 
-        def root(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
+        graph = nx.Graph()
+        graph.add_nodes_from(range(self.accelerators + len(up.switches)))
         for k, link in enumerate(up.links):
             a, b = end(link.a, k, "a"), end(link.b, k, "b")
             if a == b:
                 raise ValueError(f"scale_up.links[{k}] joins {link.a!r} to itself\n    fix: a link needs two different ends")
-            parent[root(a)] = root(b)
-        cut_off = [i for i in range(self.accelerators) if root(i) != root(0)]
+            graph.add_edge(a, b)
+        reached = nx.node_connected_component(graph, 0)
+        cut_off = [i for i in range(self.accelerators) if i not in reached]
         if cut_off:
             raise ValueError(f"accelerators {cut_off[:8]} are not linked to accelerator 0: a unit is one scale-up domain"
                              "\n    fix: add links, or describe the parts as separate racks")

@@ -7,6 +7,12 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from planner.errors import (
+    InputIssue,
+    PlannerInputError,
+    issues_from_validation_error,
+    load_yaml_file,
+)
 from planner.model.architecture import (
     Attention,
     AttentionKind,
@@ -14,15 +20,9 @@ from planner.model.architecture import (
     MoE,
     PublishedCounts,
 )
-from planner.errors import (
-    InputIssue,
-    PlannerInputError,
-    issues_from_validation_error,
-    load_yaml_file,
-)
-from planner.hardware.catalog import CatalogId, EdgeModel
 from planner.paths import data_dir
 from planner.precision import Precision
+from planner.schema import CatalogId, EdgeModel
 
 __all__ = ["ModelCatalog", "ModelSpec", "arch_from_spec", "load_model_catalog"]
 

@@ -4,11 +4,13 @@ must satisfy for a given model."""
 from dataclasses import dataclass
 from enum import StrEnum
 
-from planner.model.architecture import AttentionKind, ModelArch
+import numpy as np
+
 from planner.errors import InputIssue
+from planner.model.architecture import AttentionKind, ModelArch
 from planner.precision import FlopsFormat, Precision, bytes_per_value
 
-__all__ = ["Layout", "Precisions", "ServingRole", "layout_issues"]
+__all__ = ["Layout", "Precisions", "ServingRole", "layout_issues", "stage_of_layer"]
 
 
 class ServingRole(StrEnum):
@@ -132,3 +134,9 @@ def layout_issues(arch: ModelArch, layout: Layout, batch_per_replica: int, field
                                  f"{layout.pp * layout.dp_attn} equal micro-batches",
                                  f"use a multiple of {layout.pp * layout.dp_attn}"))
     return issues
+
+
+def stage_of_layer(n_layers: int, pp: int) -> np.ndarray:
+    """Pipeline stage of every layer: contiguous ranges, the first n_layers % pp stages one longer."""
+    sizes = [n_layers // pp + (1 if s < n_layers % pp else 0) for s in range(pp)]
+    return np.repeat(np.arange(pp), sizes)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.hardware.catalog import Overheads, RackType
 from planner.model.architecture import (
     ModelArch,
     attention_flops_per_context_token,
@@ -21,8 +22,7 @@ from planner.model.architecture import (
     param_counts,
 )
 from planner.physics.cost import usd_per_million_tokens
-from planner.physics.deployment import Layout, Precisions, ServingRole
-from planner.hardware.catalog import Overheads, RackType
+from planner.physics.deployment import Layout, Precisions, ServingRole, stage_of_layer
 from planner.physics.kv_cache import CacheUse, cached_bytes, reload_s
 from planner.physics.links import (
     EffectiveLinks,
@@ -52,7 +52,7 @@ from planner.physics.roofline import (
 )
 from planner.units import SECONDS_PER_HOUR
 
-__all__ = ["DEFAULT_PREFILL_CHUNK_TOKENS", "BatchTable", "DeploymentInputs", "Estimate", "estimate", "evaluate_batches", "stage_of_layer"]
+__all__ = ["DEFAULT_PREFILL_CHUNK_TOKENS", "BatchTable", "DeploymentInputs", "Estimate", "estimate", "evaluate_batches"]
 
 WORST_CASE_QUEUE_DEPARTURES = 2  # claim 3: a request waits at most about two batch departures
 DEFAULT_PREFILL_CHUNK_TOKENS = 8192  # tokens per prefill forward pass (serving engines' chunked-prefill budget)
@@ -170,12 +170,6 @@ class Estimate:
     @property
     def fits(self) -> bool:
         return self.memory.fits
-
-
-def stage_of_layer(n_layers: int, pp: int) -> np.ndarray:
-    """Pipeline stage of every layer: contiguous ranges, the first n_layers % pp stages one longer."""
-    sizes = [n_layers // pp + (1 if s < n_layers % pp else 0) for s in range(pp)]
-    return np.repeat(np.arange(pp), sizes)
 
 
 @dataclass(frozen=True)

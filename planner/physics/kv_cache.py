@@ -21,8 +21,9 @@ from planner.errors import (
     issues_from_validation_error,
     load_yaml_file,
 )
-from planner.hardware.catalog import Accelerator, CatalogId, EdgeModel, check_source_keys
+from planner.hardware.catalog import Accelerator, check_source_keys
 from planner.paths import data_dir
+from planner.schema import CatalogId, EdgeModel
 from planner.units import GB, SECONDS_PER_HOUR
 
 __all__ = [

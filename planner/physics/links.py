@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from planner.physics.deployment import Layout
 from planner.hardware.catalog import Accelerator, RackType
 from planner.hardware.topology import (
     SCALE_OUT,
@@ -23,6 +22,7 @@ from planner.hardware.topology import (
     group_links,
     group_to_group_bandwidth_bytes_per_s,
 )
+from planner.physics.deployment import Layout
 
 __all__ = ["EffectiveLinks", "ReplicaLinks", "default_replica_links", "effective_links", "replica_links"]
 
@@ -141,3 +141,8 @@ def effective_links(links: ReplicaLinks, accel: Accelerator) -> EffectiveLinks:
         pp_bytes_per_s=links.pp_bandwidth_bytes_per_s * _fraction(accel, pp_kind),
         latency_s=links.latency_s,
     )
+
+
+def kv_handoff_s(kv_bytes: float, *link_bytes_per_s: float) -> float:
+    """Time to move one request's KV cache between two replicas: the slower side's links set the pace."""
+    return kv_bytes / min(link_bytes_per_s)

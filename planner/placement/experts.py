@@ -22,19 +22,18 @@ Loads are relative (any unit). The lower bound per layer is max(total / ranks, m
 """
 
 import heapq
-import json
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from ortools.sat.python import cp_model
+from scipy.optimize import linear_sum_assignment
 
 from planner.model.architecture import ModelArch
 
-__all__ = ["ExpertPlacement", "LayerPlacement", "count_moves", "eplb_baseline", "load_profile", "max_overlap_assignment",
-           "place_experts", "synthetic_profile"]
+__all__ = ["ExpertPlacement", "LayerPlacement", "count_moves", "eplb_baseline", "max_overlap_assignment",
+           "place_experts"]
 
 SWAP_TIME_LIMIT_S = 0.25  # per layer
 CPSAT_LOAD_RESOLUTION = 1e-6  # loads are scaled to integers of this share of a layer's total
@@ -108,42 +107,6 @@ class ExpertPlacement:
         n_slots = self.n_ranks * self.slots_per_rank
         trivial = [i % arch.moe.n_routed_experts for i in range(n_slots)]
         return [by_layer.get(i, trivial) for i in range(arch.n_layers)]
-
-
-def synthetic_profile(arch: ModelArch, sigma: float = 0.9, seed: int = 0, distribution: str = "lognormal") -> np.ndarray:
-    """Per-layer expert loads, shape (n_moe_layers, E): lognormal(0, sigma) per expert, or uniform.
-    sigma 0.9 is the skew cpsat.md section 6 measured with: of 256 experts the hottest carries about
-    8x the mean expert load, 3x the mean load of an EP64 rank (4 experts)."""
-    rng = np.random.default_rng(seed)
-    shape = (arch.n_moe_layers, arch.moe.n_routed_experts)
-    if distribution == "uniform":
-        return np.ones(shape)
-    return rng.lognormal(mean=0.0, sigma=sigma, size=shape)
-
-
-def load_profile(path: Path, arch: ModelArch) -> np.ndarray:
-    """Loads from a JSON file ({"layers": [[...], ...]}, SGLang's {"logical_count": ...} or a bare
-    list of lists; one row per MoE layer, or one row for all) or a CSV file (one row per MoE layer)."""
-    if path.suffix == ".csv":
-        rows = [[float(x) for x in line.split(",")] for line in path.read_text().splitlines() if line.strip()]
-    else:
-        data = json.loads(path.read_text())
-        rows = data.get("layers", data.get("logical_count")) if isinstance(data, dict) else data
-        rows = np.asarray(rows, dtype=float)
-        rows = rows.reshape(-1, rows.shape[-1]).tolist()
-    loads = np.asarray(rows, dtype=float)
-    experts = arch.moe.n_routed_experts
-    if loads.shape[1] != experts:
-        raise ValueError(f"{path}: {loads.shape[1]} experts per row, {arch.id} has {experts}")
-    if len(loads) == arch.n_layers:  # a row per model layer: keep the MoE layers
-        loads = loads[[i for i, moe in enumerate(arch.layer_is_moe) if moe]]
-    if len(loads) == 1:
-        loads = np.repeat(loads, arch.n_moe_layers, axis=0)
-    if len(loads) != arch.n_moe_layers:
-        raise ValueError(f"{path}: {len(loads)} rows, expected 1, {arch.n_moe_layers} (MoE layers) or {arch.n_layers}")
-    if (loads < 0).any():
-        raise ValueError(f"{path}: loads must be non-negative")
-    return loads
 
 
 def _replicate(loads: np.ndarray, n_slots: int, n_ranks: int) -> np.ndarray:
@@ -235,41 +198,11 @@ def count_moves(previous: list[list[int]], ranks: list[list[int]]) -> int:
 
 
 def max_overlap_assignment(overlap: np.ndarray) -> list[int]:
-    """perm[i] = j maximising sum overlap[i, perm[i]] (Hungarian algorithm, O(n^3), numpy inner loop)."""
-    n = len(overlap)
-    cost = overlap.max() - overlap.astype(float)
-    u, v = np.zeros(n + 1), np.zeros(n + 1)
-    p = np.zeros(n + 1, dtype=int)  # p[j]: row matched to column j (1-based, 0 = none)
-    way = np.zeros(n + 1, dtype=int)
-    for i in range(1, n + 1):
-        p[0] = i
-        j0 = 0
-        minv = np.full(n + 1, np.inf)
-        used = np.zeros(n + 1, dtype=bool)
-        while True:
-            used[j0] = True
-            i0 = p[j0]
-            free = ~used[1:]
-            cur = cost[i0 - 1] - u[i0] - v[1:]
-            better = free & (cur < minv[1:])
-            minv[1:][better] = cur[better]
-            way[1:][better] = j0
-            candidates = np.where(free, minv[1:], np.inf)
-            j1 = int(np.argmin(candidates)) + 1
-            delta = candidates[j1 - 1]
-            u[p[used]] += delta
-            v[used] -= delta
-            minv[1:][free] -= delta
-            j0 = j1
-            if p[j0] == 0:
-                break
-        while j0:
-            j1 = way[j0]
-            p[j0] = p[j1]
-            j0 = j1
-    perm = [0] * n
-    for j in range(1, n + 1):
-        perm[p[j] - 1] = j - 1
+    """perm[i] = j maximising sum overlap[i, perm[i]] (a linear assignment problem)."""
+    rows, cols = linear_sum_assignment(np.asarray(overlap, dtype=float), maximize=True)
+    perm = [0] * len(rows)
+    for i, j in zip(rows, cols, strict=True):
+        perm[int(i)] = int(j)
     return perm
 
 

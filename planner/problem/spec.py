@@ -21,8 +21,6 @@ from pydantic import (
     model_validator,
 )
 
-from planner.model.architecture import ModelArch
-from planner.physics.deployment import Precisions, ServingRole
 from planner.errors import (
     InputIssue,
     PlannerInputError,
@@ -33,16 +31,17 @@ from planner.errors import (
 from planner.hardware.catalog import (
     Accelerator,
     AcceleratorSpec,
-    CatalogId,
-    EdgeModel,
     HardwareCatalog,
     RackSpec,
     RackType,
     load_hardware_catalog,
 )
+from planner.model.architecture import ModelArch
 from planner.model.catalog import ModelSpec, arch_from_spec, load_model_catalog
-from planner.precision import Precision, flops_format
+from planner.physics.deployment import Precisions, ServingRole
 from planner.physics.roofline import OverlapPolicy
+from planner.precision import Precision, flops_format
+from planner.schema import CatalogId, EdgeModel
 from planner.units import MS, SECONDS_PER_MINUTE
 
 __all__ = [
@@ -351,7 +350,7 @@ class ResolvedProblem:
 
 
 def _expert_loads(arch: ModelArch, spec: "ExpertLoadSpec | None", base_dir: Path, field_name: str) -> tuple:
-    from planner.placement.experts import load_profile, synthetic_profile
+    from planner.model.expert_loads import load_profile, synthetic_profile
 
     if spec is None:
         return None, "uniform (no profile given)"

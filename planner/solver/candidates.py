@@ -15,14 +15,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from planner.hardware.catalog import Overheads, RackType
 from planner.model.architecture import ModelArch, kv_bytes_per_sequence, param_counts
 from planner.physics.deployment import Layout, Precisions, ServingRole, layout_issues
 from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
-from planner.hardware.catalog import Overheads, RackType
 from planner.physics.kv_cache import CacheUse, tiers_for
-from planner.physics.links import default_replica_links
-from planner.problem.spec import PrecisionSpec, ResolvedWorkload, resolve_precisions
+from planner.physics.links import default_replica_links, kv_handoff_s
 from planner.physics.roofline import OverlapPolicy
+from planner.problem.spec import PrecisionSpec, ResolvedWorkload, resolve_precisions
 from planner.units import SECONDS_PER_HOUR
 
 __all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_s",
@@ -105,7 +105,7 @@ class Candidate:
 def handoff_s(prefill: Candidate, decode: Candidate) -> float:
     """Time to move one request's prompt KV cache from a prefill replica to a decode replica over
     the slower side's NICs (the planner's bound; a placement in one NVLink domain is faster)."""
-    return prefill.kv_handoff_bytes / min(prefill.nic_bytes_per_s, decode.nic_bytes_per_s)
+    return kv_handoff_s(prefill.kv_handoff_bytes, prefill.nic_bytes_per_s, decode.nic_bytes_per_s)
 
 
 def pair_ttft_s(prefill: Candidate, decode: Candidate) -> float:

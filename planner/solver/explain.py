@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, replace
 
 from planner.physics.deployment import ServingRole
+from planner.solver.search import solve_data
 from planner.units import format_bytes, format_rate, format_seconds, format_usd
 
 __all__ = ["Alternative", "DeploymentExplanation", "PlanExplanation", "RackComparison", "explain_plan"]
@@ -102,8 +103,6 @@ def _deployment(result, d) -> DeploymentExplanation:
 
 def _modes(result, time_limit_s: float, seed: int, workers: int) -> list[str]:
     """For workloads whose serving mode the solver chose: the other mode's best plan and the margin."""
-    from planner.solver.solve import solve_data
-
     lines = []
     for w in result.problem.workloads:
         if w.serving != "auto":
@@ -204,8 +203,6 @@ def _best_per_token(candidates) -> tuple[str, float] | None:
 
 def _alternative(result, time_limit_s: float, seed: int, workers: int) -> Alternative | None:
     """The best plan that does not use exactly the chosen set of candidates."""
-    from planner.solver.solve import solve_data
-
     chosen = frozenset(j for j, c in enumerate(result.data.candidates)
                        if any(d.candidate == c for d in result.deployments))
     if not chosen:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from ortools.sat.python import cp_model
 
 from planner.model.architecture import param_counts
+from planner.precision import bytes_per_value
 from planner.solver.candidates import pair_ttft_s
 from planner.solver.model_builder import PlanningData, RackPool, build_model
-from planner.precision import bytes_per_value
 from planner.units import format_bytes, format_rate, format_seconds, format_usd
 
 __all__ = ["Conflict", "InfeasibilityReport", "conflicting_families", "explain_infeasibility"]

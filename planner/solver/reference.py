@@ -8,6 +8,8 @@ with the model's volume inequalities, so the search also tests that encoding.
 from collections.abc import Iterator
 
 from planner.physics.deployment import ServingRole
+from planner.placement.packing import PlacementFailed, RackSlots, StageItem, place
+from planner.problem.spec import Objective
 from planner.solver.model_builder import (
     THROUGHPUT_RESOLUTION,
     TIME_RESOLUTION_S,
@@ -17,8 +19,6 @@ from planner.solver.model_builder import (
     _scaled,
     replica_bound,
 )
-from planner.placement.packing import PlacementFailed, RackSlots, StageItem, place
-from planner.problem.spec import Objective
 
 __all__ = ["SearchTooLarge", "fits_racks", "reference_optimum"]
 

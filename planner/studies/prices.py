@@ -18,18 +18,19 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from planner.model.architecture import kv_bytes_per_sequence, param_counts
 from planner.errors import (
     PlannerInputError,
     issues_from_validation_error,
     load_yaml_file,
     unknown_name_issue,
 )
-from planner.hardware.catalog import Accelerator, EdgeModel, load_hardware_catalog
-from planner.physics.kv_cache import break_even_retention_s, tiers_for
+from planner.hardware.catalog import Accelerator, load_hardware_catalog
+from planner.model.architecture import kv_bytes_per_sequence, param_counts
 from planner.model.catalog import load_model_catalog
-from planner.precision import FlopsFormat, Precision, bytes_per_value
+from planner.physics.kv_cache import break_even_retention_s, tiers_for
 from planner.physics.roofline import matmul_flops
+from planner.precision import FlopsFormat, Precision, bytes_per_value
+from planner.schema import EdgeModel
 from planner.units import SECONDS_PER_HOUR, SECONDS_PER_MINUTE, format_duration
 
 __all__ = ["PriceReading", "PriceSheet", "load_price_sheet", "read_prices"]

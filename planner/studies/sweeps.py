@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.model.architecture import param_counts
-from planner.solver.candidates import Candidate
 from planner.physics.cost import usd_per_million_tokens, usd_per_s
 from planner.physics.deployment import Layout, ServingRole
-from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
+from planner.physics.roofline import critical_batch_size
 from planner.precision import bytes_per_value
 from planner.problem.spec import (
     Objective,
@@ -32,15 +32,9 @@ from planner.problem.spec import (
     ResolvedProblem,
     resolve_problem,
 )
-from planner.physics.roofline import critical_batch_size
-from planner.solver.solve import (
-    RawSolution,
-    SolveResult,
-    expert_imbalance_functions,
-    prepare,
-    solve,
-    solve_data,
-)
+from planner.solver.candidates import Candidate
+from planner.solver.search import RawSolution, solve_data
+from planner.solver.solve import SolveResult, expert_imbalance_functions, prepare, solve
 from planner.units import MS, SECONDS_PER_HOUR
 
 __all__ = [

@@ -1,0 +1,20 @@
+"""Building blocks of every pydantic model read from a file: strict base model, catalog ids, fractions."""
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+__all__ = ["CatalogId", "EdgeModel", "Fraction"]
+
+CatalogId = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z0-9][a-z0-9.]*(-[a-z0-9.]+)*$"),
+    Field(description="lowercase kebab-case identifier, e.g. hgx-h100 or llama-3.1-70b"),
+]
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+
+
+class EdgeModel(BaseModel):
+    """Base of every model read from a file: unknown fields are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
