@@ -4,11 +4,16 @@ in SI base units with the unit in its name; these helpers are the only place fac
 __all__ = [
     "GB",
     "GIB",
+    "HOURS_PER_MONTH",
     "MS",
+    "SECONDS_PER_DAY",
     "SECONDS_PER_HOUR",
     "SECONDS_PER_MINUTE",
     "TB",
+    "TFLOP",
+    "TOKENS_PER_MILLION",
     "US",
+    "BILLION",
     "format_bytes",
     "format_duration",
     "format_rate",
@@ -23,6 +28,11 @@ MS = 1e-3  # seconds in a millisecond
 US = 1e-6  # seconds in a microsecond
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_MINUTE = 60.0
+SECONDS_PER_DAY = 86400.0
+HOURS_PER_MONTH = 730.0  # the cloud billing month (8,760 h / 12)
+TFLOP = 1e12  # FLOP in a teraFLOP (datasheets quote TFLOP/s)
+TOKENS_PER_MILLION = 1e6  # prices are quoted per million tokens
+BILLION = 1e9  # parameter counts are quoted in billions
 
 
 def format_bytes(n_bytes: float) -> str:

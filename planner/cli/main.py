@@ -387,9 +387,11 @@ def _cmd_prices(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_lifecycle(args: argparse.Namespace, console: Console) -> int:
+    from planner.physics.cost import usd_per_s
     from planner.physics.roofline import matmul_flops
     from planner.precision import FlopsFormat
-    from planner.studies.lifecycle import SECONDS_PER_DAY, TrainingLayout, lifecycle
+    from planner.studies.lifecycle import TrainingLayout, lifecycle
+    from planner.units import BILLION, SECONDS_PER_DAY, TOKENS_PER_MILLION
 
     hardware, models = load_hardware_catalog(), load_model_catalog()
     if args.accelerator not in hardware.accelerators:
@@ -413,16 +415,16 @@ def _cmd_lifecycle(args: argparse.Namespace, console: Console) -> int:
             console.print(f"[red]No plan for {args.problem} ({result.status})[/red]")
             return EXIT_INFEASIBLE
         w = resolved.workloads[0].name
-        per_token = result.workload_usd_per_million_output_tokens(w) / 1e6
+        per_token = result.workload_usd_per_million_output_tokens(w) / TOKENS_PER_MILLION
         basis = f"the plan of {path.stem}, workload {w}"
     elif args.inference_usd_per_million is not None:
-        per_token, basis = args.inference_usd_per_million / 1e6, "given"
+        per_token, basis = args.inference_usd_per_million / TOKENS_PER_MILLION, "given"
     else:
-        per_token = float(matmul_flops(n, 1)) / flops_per_s * accel.price_usd_per_hour / 3600
+        per_token = float(matmul_flops(n, 1)) / flops_per_s * usd_per_s(accel.price_usd_per_hour, 1)
         basis = f"compute-bound lower bound on {accel.id}; pass --problem for a planned cost"
     result = lifecycle(n, args.serving_tokens_per_s, args.lifetime_days * SECONDS_PER_DAY, per_token, training,
                        args.rl_flops_per_token, args.pretrain_tokens, basis)
-    console.print(f"[bold]Lifecycle of a {n / 1e9:.0f}B-active-parameter model[/bold] (claim 11)")
+    console.print(f"[bold]Lifecycle of a {n / BILLION:.0f}B-active-parameter model[/bold] (claim 11)")
     for line in result.lines:
         console.print(f"  - {line}", markup=False)
     if args.json:

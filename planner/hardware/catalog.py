@@ -27,7 +27,7 @@ from planner.errors import (
 from planner.paths import data_dir
 from planner.precision import FLOPS_FORMATS_NARROW_TO_WIDE, FlopsFormat
 from planner.schema import CatalogId, EdgeModel, Fraction
-from planner.units import GB, TB
+from planner.units import GB, TB, TFLOP
 
 __all__ = [
     "Accelerator",
@@ -41,7 +41,9 @@ __all__ = [
     "load_hardware_catalog",
 ]
 
-TFLOP = 1e12  # FLOP in a teraFLOP (datasheets quote TFLOP/s)
+
+LINK_GB_PER_S_CEILING = 100_000.0  # 100 TB/s per accelerator: no link comes near; larger values are bytes/s
+
 
 def _check_magnitude(value: float, field_name: str, limit: float, likely_unit: str, fix: str) -> None:
     """Catch a value written in the wrong unit (bytes/s where GB/s is asked, and so on)."""
@@ -61,8 +63,8 @@ class AcceleratorSpec(EdgeModel):
     id: CatalogId
     name: str = Field(description="full product name")
     vendor: str = Field(description="manufacturer")
-    hbm_capacity_gb: float = Field(gt=0, description="HBM capacity in decimal GB (1e9 bytes)")
-    hbm_bandwidth_tb_per_s: float = Field(gt=0, description="peak HBM bandwidth in TB/s (1e12 bytes/s)")
+    hbm_capacity_gb: float = Field(gt=0, description="HBM capacity in decimal GB (10^9 bytes)")
+    hbm_bandwidth_tb_per_s: float = Field(gt=0, description="peak HBM bandwidth in TB/s (10^12 bytes/s)")
     dense_tflop_per_s: dict[FlopsFormat, Annotated[float, Field(gt=0)]] = Field(
         description="dense (no 2:4 sparsity) tensor-core TFLOP/s per input format: bf16, fp8, fp4"
     )
@@ -108,7 +110,7 @@ class AcceleratorSpec(EdgeModel):
     @field_validator("scale_up_gb_per_s", "scale_out_gb_per_s")
     @classmethod
     def _link_unit(cls, value: float, info) -> float:
-        _check_magnitude(value, info.field_name, 1e6, "bytes/s", "write GB/s per direction, e.g. 450")
+        _check_magnitude(value, info.field_name, LINK_GB_PER_S_CEILING, "bytes/s", "write GB/s per direction, e.g. 450")
         _check_small(value, info.field_name, 0.5, "TB/s", "write GB/s per direction, e.g. 900 for 0.9 TB/s")
         return value
 

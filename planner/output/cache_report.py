@@ -25,6 +25,7 @@ from planner.physics.kv_cache import (
 from planner.units import (
     SECONDS_PER_HOUR,
     SECONDS_PER_MINUTE,
+    TOKENS_PER_MILLION,
     format_duration,
     format_seconds,
     format_usd,
@@ -70,15 +71,15 @@ def cache_economics(result, workload: str) -> CacheEconomics:
     kv_per_token = float(np.sum(kv_bytes_per_sequence(inp.arch, 1, inp.precisions.kv_bytes)))
     prefix = w.prefix_cache.prefix_tokens if w.prefix_cache else w.input_tokens
     prefix_bytes = float(np.sum(kv_bytes_per_sequence(inp.arch, prefix, inp.precisions.kv_bytes)))
-    recompute = e.usd_per_million_input_tokens / 1e6
+    recompute = e.usd_per_million_input_tokens / TOKENS_PER_MILLION
     retentions = (w.prefix_cache.retention_s,) if w.prefix_cache else DEFAULT_RETENTIONS_S
     tiers = []
     for tier in tiers_for(inp.rack.accelerator):
         tiers.append(TierEconomics(
-            tier, kv_per_token * tier.usd_per_byte_s * SECONDS_PER_HOUR * 1e6, break_even_retention_s(kv_per_token, tier.usd_per_byte_s, recompute),
+            tier, kv_per_token * tier.usd_per_byte_s * SECONDS_PER_HOUR * TOKENS_PER_MILLION, break_even_retention_s(kv_per_token, tier.usd_per_byte_s, recompute),
             reload_s(prefix_bytes, inp.layout.n_accelerators, tier),
             tuple(hit_discount(recompute, kv_per_token, tier.usd_per_byte_s, r) for r in retentions)))
-    return CacheEconomics(workload, inp.arch.id, inp.rack.id, inp.layout.describe(), kv_per_token, prefix, recompute * 1e6, retentions,
+    return CacheEconomics(workload, inp.arch.id, inp.rack.id, inp.layout.describe(), kv_per_token, prefix, recompute * TOKENS_PER_MILLION, retentions,
                           tuple(tiers))
 
 

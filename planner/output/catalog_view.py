@@ -3,7 +3,7 @@
 from rich.console import Console
 from rich.table import Table
 
-from planner.units import format_bytes, format_seconds
+from planner.units import BILLION, GB, TB, TFLOP, format_bytes, format_seconds
 
 __all__ = ["render_catalog"]
 
@@ -15,9 +15,9 @@ def _accelerators(rows: list[dict]) -> Table:
     for a in sorted(rows, key=lambda r: r["id"]):
         flops = a["dense_flops_per_s"]
         table.add_row(
-            a["id"], format_bytes(a["hbm_capacity_bytes"]), f"{a['hbm_bandwidth_bytes_per_s'] / 1e12:.2f}",
-            *(f"{flops[f] / 1e12:,.0f}" if f in flops else "-" for f in ("bf16", "fp8", "fp4")),
-            f"{a['scale_up_bandwidth_bytes_per_s'] / 1e9:,.0f}", f"{a['scale_out_bandwidth_bytes_per_s'] / 1e9:,.1f}",
+            a["id"], format_bytes(a["hbm_capacity_bytes"]), f"{a['hbm_bandwidth_bytes_per_s'] / TB:.2f}",
+            *(f"{flops[f] / TFLOP:,.0f}" if f in flops else "-" for f in ("bf16", "fp8", "fp4")),
+            f"{a['scale_up_bandwidth_bytes_per_s'] / GB:,.0f}", f"{a['scale_out_bandwidth_bytes_per_s'] / GB:,.1f}",
             f"{a['price_usd_per_hour']:.2f}",
         )
     return table
@@ -39,7 +39,7 @@ def _models(rows: list[dict]) -> Table:
         table.add_column(name, justify="left" if name in ("id", "attention") else "right")
     for m in sorted(rows, key=lambda r: r["id"]):
         experts = f"{m['experts_per_token']}/{m['routed_experts']}" if m["routed_experts"] else "dense"
-        table.add_row(m["id"], f"{m['total_params'] / 1e9:,.1f}B", f"{m['active_params'] / 1e9:,.1f}B", str(m["layers"]),
+        table.add_row(m["id"], f"{m['total_params'] / BILLION:,.1f}B", f"{m['active_params'] / BILLION:,.1f}B", str(m["layers"]),
                       m["attention"], experts, f"{m['kv_bytes_per_token_bf16']:,.0f}", f"{m['max_context_tokens']:,}")
     return table
 

@@ -1,10 +1,8 @@
 """Money: replica cost rate and cost per token."""
 
-from planner.units import SECONDS_PER_HOUR
+from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 
-__all__ = ["TOKENS_PER_MILLION", "usd_per_million_tokens", "usd_per_s"]
-
-TOKENS_PER_MILLION = 1e6
+__all__ = ["usd_per_million_tokens", "usd_per_s"]
 
 
 def usd_per_s(price_usd_per_hour: float, n_accelerators: int) -> float:

@@ -50,7 +50,7 @@ from planner.physics.roofline import (
     point_to_point_time_s,
     step_total_s,
 )
-from planner.units import SECONDS_PER_HOUR
+from planner.units import GB, SECONDS_PER_HOUR, TB, TFLOP, US
 
 __all__ = ["DEFAULT_PREFILL_CHUNK_TOKENS", "BatchTable", "DeploymentInputs", "Estimate", "estimate", "evaluate_batches"]
 
@@ -525,8 +525,8 @@ def _assumptions(inp: DeploymentInputs, chunk: int, touch: float, flops_per_s: f
     fmt = prec.compute
     notes = [
         (f"compute at {fmt} tensor-core rate x achievable fraction {accel.compute_fraction_by_format[fmt]:.3f} = "
-        f"{flops_per_s / 1e12:.0f} TFLOP/s per accelerator"),
-        (f"HBM at {accel.hbm_bandwidth_fraction:.2f} of peak = {bw / 1e12:.2f} TB/s; scale-up links at "
+        f"{flops_per_s / TFLOP:.0f} TFLOP/s per accelerator"),
+        (f"HBM at {accel.hbm_bandwidth_fraction:.2f} of peak = {bw / TB:.2f} TB/s; scale-up links at "
         f"{accel.scale_up_bandwidth_fraction:.2f}, scale-out at {accel.scale_out_bandwidth_fraction:.2f} of peak"),
         (f"decode KV reads use the mean context {inp.input_tokens + inp.output_tokens / 2:g} tokens (input + output/2); "
         f"HBM reserves the full {inp.input_tokens + inp.output_tokens} tokens per sequence"),
@@ -534,15 +534,15 @@ def _assumptions(inp: DeploymentInputs, chunk: int, touch: float, flops_per_s: f
         _role_note(inp, chunk),
         f"price ${accel.price_usd_per_hour:.2f}/h per {accel.id} (estimate: {accel.price_basis})",
         ("the scale-out network is a non-blocking fabric; collectives pay "
-        f"{links.latency_s * 1e6:.0f} us fixed latency each"),
+        f"{links.latency_s / US:.0f} us fixed latency each"),
     ]
     notes.extend(inp.notes)
     if inp.prefix_cache is not None and inp.role is not ServingRole.DECODE:
         c = inp.prefix_cache
         notes.append(f"prompt cache: {c.hit_rate:.0%} of requests find their first {c.prefix_tokens} tokens in {c.tier.name}, kept "
                      f"{c.retention_s / 60:g} min after last use; misses write new entries (Little's law); hits reload at "
-                     f"{c.tier.read_bytes_per_s_per_accelerator / 1e9:g} GB/s per accelerator"
-                     + ("" if c.tier.in_hbm else f" and cost {c.tier.usd_per_byte_s * 1e9 * 3600:.3g} USD per GB-hour held"))
+                     f"{c.tier.read_bytes_per_s_per_accelerator / GB:g} GB/s per accelerator"
+                     + ("" if c.tier.in_hbm else f" and cost {c.tier.usd_per_byte_s * GB * SECONDS_PER_HOUR:.3g} USD per GB-hour held"))
     if inp.arch.is_moe:
         notes.append(f"a decode step touches {touch:.1%} of each MoE layer's experts (1-(1-k/E)^b, routing independent per token)")
         notes.append(f"expert load: the hottest expert-parallel rank carries {inp.expert_imbalance:.3f}x the mean"

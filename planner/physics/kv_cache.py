@@ -24,7 +24,7 @@ from planner.errors import (
 from planner.hardware.catalog import Accelerator, check_source_keys
 from planner.paths import data_dir
 from planner.schema import CatalogId, EdgeModel
-from planner.units import GB, SECONDS_PER_HOUR
+from planner.units import GB, HOURS_PER_MONTH, SECONDS_PER_HOUR
 
 __all__ = [
     "CacheUse",
@@ -38,7 +38,6 @@ __all__ = [
     "tiers_for",
 ]
 
-HOURS_PER_MONTH = 730.0  # the cloud billing month
 
 
 class TierSpec(EdgeModel):

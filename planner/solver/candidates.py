@@ -17,6 +17,7 @@ import numpy as np
 
 from planner.hardware.catalog import Overheads, RackType
 from planner.model.architecture import ModelArch, kv_bytes_per_sequence, param_counts
+from planner.physics.cost import usd_per_million_tokens
 from planner.physics.deployment import Layout, Precisions, ServingRole, layout_issues
 from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
 from planner.physics.kv_cache import CacheUse, tiers_for
@@ -86,7 +87,7 @@ class Candidate:
 
     @property
     def usd_per_million_output_tokens(self) -> float:
-        return self.usd_per_hour / 3600.0 / self.output_tokens_per_s * 1e6
+        return usd_per_million_tokens(self.usd_per_hour / SECONDS_PER_HOUR, self.output_tokens_per_s)
 
     @property
     def output_tokens_per_s_per_accelerator(self) -> float:

@@ -4,9 +4,16 @@ dominates its step, what binds the fleet, and the best rejected alternative with
 import math
 from dataclasses import dataclass, replace
 
+from planner.physics.cost import usd_per_million_tokens
 from planner.physics.deployment import ServingRole
 from planner.solver.search import solve_data
-from planner.units import format_bytes, format_rate, format_seconds, format_usd
+from planner.units import (
+    SECONDS_PER_HOUR,
+    format_bytes,
+    format_rate,
+    format_seconds,
+    format_usd,
+)
 
 __all__ = ["Alternative", "DeploymentExplanation", "PlanExplanation", "RackComparison", "explain_plan"]
 
@@ -163,7 +170,7 @@ def _racks(result) -> list[RackComparison]:
     for w in result.problem.workloads:
         chosen = [d for d in result.deployments if d.candidate.workload == w.name]
         tokens = result.served_output_tokens_per_s(w.name)
-        reference = sum(d.usd_per_hour for d in chosen) / 3600.0 / tokens * 1e6 if tokens else None  # the plan's blended $/M
+        reference = usd_per_million_tokens(sum(d.usd_per_hour for d in chosen) / SECONDS_PER_HOUR, tokens) if tokens else None  # the plan's blended $/M
         for (workload, rack_id), analysis in result.analyses.items():
             if workload != w.name:
                 continue

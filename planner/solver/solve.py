@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.model.expert_loads import synthetic_profile
+from planner.physics.cost import usd_per_million_tokens
 from planner.physics.deployment import ServingRole
 from planner.physics.estimate import DeploymentInputs, Estimate, estimate
 from planner.physics.kv_cache import cache_use
@@ -31,6 +32,7 @@ from planner.solver.explain import explain_plan
 from planner.solver.infeasibility import explain_infeasibility
 from planner.solver.model_builder import PlanningData, RackPool
 from planner.solver.search import RawSolution, solve_data
+from planner.units import SECONDS_PER_HOUR
 
 __all__ = ["Deployment", "SolveResult", "SolverStats", "expert_imbalance_functions", "prepare", "solve"]
 
@@ -120,7 +122,7 @@ class SolveResult:
         mine = self.of_workload(workload)
         if self.data.demand_tokens_per_s.get(workload) is None:
             return sum(d.candidate.usd_per_million_output_tokens for d in mine)
-        return sum(d.usd_per_hour for d in mine) / 3600.0 / self.served_output_tokens_per_s(workload) * 1e6
+        return usd_per_million_tokens(sum(d.usd_per_hour for d in mine) / SECONDS_PER_HOUR, self.served_output_tokens_per_s(workload))
 
     def served_output_tokens_per_s(self, workload: str) -> float:
         """Output tokens per second the plan makes for `workload` (aggregated and decode replicas)."""

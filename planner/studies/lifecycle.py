@@ -16,13 +16,12 @@ GPipe schedule idles (P - 1) / (M + P - 1) of the time.
 from dataclasses import dataclass
 
 from planner.physics.roofline import matmul_flops
-from planner.units import SECONDS_PER_HOUR
+from planner.units import SECONDS_PER_DAY, SECONDS_PER_HOUR, TFLOP, TOKENS_PER_MILLION
 
 __all__ = ["CHINCHILLA_TOKENS_PER_PARAM", "Lifecycle", "TrainingLayout", "lifecycle", "pipeline_bubble_fraction"]
 
 CHINCHILLA_TOKENS_PER_PARAM = 20.0  # Hoffmann et al. 2022, compute-optimal tokens per parameter
 TRAINING_FLOPS_PER_PARAM_PER_TOKEN = 6.0  # forward (2) + backward (4)
-SECONDS_PER_DAY = 86400.0
 
 
 def pipeline_bubble_fraction(stages: int, micro_batches: int) -> float:
@@ -82,12 +81,12 @@ def lifecycle(active_params: float, serving_tokens_per_s: float, lifetime_s: flo
     chinchilla = CHINCHILLA_TOKENS_PER_PARAM * n
     lines = [
         (f"inference: {serving_tokens_per_s:.3g} tokens/s for {lifetime_s / SECONDS_PER_DAY:g} days = {d_inf:.3g} tokens; "
-        f"2 N D = {inference_flops:.3g} FLOPs; at ${inference_usd_per_token * 1e6:.4g}/M tokens ({inference_basis}) ${inference_usd:,.0f}"),
+        f"2 N D = {inference_flops:.3g} FLOPs; at ${inference_usd_per_token * TOKENS_PER_MILLION:.4g}/M tokens ({inference_basis}) ${inference_usd:,.0f}"),
         (f"equal FLOPs: pre-training 6 N D_pre = 2 N D_inf gives D_pre = D_inf / 3 = {d_pre_flops:.3g} tokens; "
         f"RL at {rl_flops_per_param_per_token:g} N per token gives D_RL = {d_rl_flops:.3g} tokens"),
         (f"equal cost: a pre-training token costs 6 N FLOPs on {training.accelerators:,} x {training.accelerator_id} at "
-        f"{training.flops_per_s / 1e12:,.0f} TFLOP/s each with a {training.bubble:.1%} pipeline bubble (PP{training.pipeline_stages}, "
-        f"{training.micro_batches} micro-batches) = ${train_usd_per_token * 1e6:.4g}/M; matching the inference bill takes "
+        f"{training.flops_per_s / TFLOP:,.0f} TFLOP/s each with a {training.bubble:.1%} pipeline bubble (PP{training.pipeline_stages}, "
+        f"{training.micro_batches} micro-batches) = ${train_usd_per_token * TOKENS_PER_MILLION:.4g}/M; matching the inference bill takes "
         f"D_pre = {d_pre_cost:.3g} tokens"),
         (f"Chinchilla-optimal: {CHINCHILLA_TOKENS_PER_PARAM:g} x {n:.3g} = {chinchilla:.3g} tokens; the balance puts pre-training "
         f"{d_pre_flops / chinchilla:.0f}x (equal FLOPs) to {d_pre_cost / chinchilla:.0f}x (equal cost) past it"),

@@ -31,11 +31,18 @@ from planner.physics.kv_cache import break_even_retention_s, tiers_for
 from planner.physics.roofline import matmul_flops
 from planner.precision import FlopsFormat, Precision, bytes_per_value
 from planner.schema import EdgeModel
-from planner.units import SECONDS_PER_HOUR, SECONDS_PER_MINUTE, format_duration
+from planner.units import (
+    BILLION,
+    SECONDS_PER_HOUR,
+    SECONDS_PER_MINUTE,
+    TB,
+    TFLOP,
+    TOKENS_PER_MILLION,
+    format_duration,
+)
 
 __all__ = ["PriceReading", "PriceSheet", "load_price_sheet", "read_prices"]
 
-PER_MILLION = 1e-6
 
 
 class LongContextStep(EdgeModel):
@@ -98,8 +105,8 @@ def read_prices(sheet: PriceSheet, *, model_id: str = "deepseek-v3", accelerator
     arch, accel, fmt = _assumptions(model_id, accelerator_id, precision)
     n_active = active_params or param_counts(arch).active_matmul
     f_peak, bw_peak = accel.dense_flops_per_s[fmt], accel.hbm_bandwidth_bytes_per_s
-    lines = [(f"assumed: {n_active / 1e9:.1f}B active parameters ({'given' if active_params else arch.id}); {accel.name} at "
-             f"{f_peak / 1e12:,.0f} TFLOP/s {fmt} and {bw_peak / 1e12:.2f} TB/s HBM, F/BW = {f_peak / bw_peak:.0f} FLOP/byte")]
+    lines = [(f"assumed: {n_active / BILLION:.1f}B active parameters ({'given' if active_params else arch.id}); {accel.name} at "
+             f"{f_peak / TFLOP:,.0f} TFLOP/s {fmt} and {bw_peak / TB:.2f} TB/s HBM, F/BW = {f_peak / bw_peak:.0f} FLOP/byte")]
     implied_kv = None
     if sheet.long_context is not None:
         lc = sheet.long_context
@@ -125,7 +132,7 @@ def read_prices(sheet: PriceSheet, *, model_id: str = "deepseek-v3", accelerator
         recompute = float(matmul_flops(n_active, 1)) / flops_per_s * accel.price_usd_per_hour / SECONDS_PER_HOUR
         tiers = sorted(tiers_for(accel), key=lambda t: -t.usd_per_byte_s)  # fastest (dearest) first
         lines.append(f"3. caching, at roofline cost: recomputing a token = 2 N_active / (F x {accel.compute_fraction_by_format[fmt]:.2f}) "
-                     f"x ${accel.price_usd_per_hour:.2f}/h = ${recompute / PER_MILLION:.4f}/M; holding it = {kv:,.0f} bytes x tier "
+                     f"x ${accel.price_usd_per_hour:.2f}/h = ${recompute * TOKENS_PER_MILLION:.4f}/M; holding it = {kv:,.0f} bytes x tier "
                      "price; break-even retention per tier: "
                      + ", ".join(f"{t.name} {format_duration(break_even_retention_s(kv, t.usd_per_byte_s, recompute))}" for t in tiers))
         if sheet.cached_input_usd_per_million is not None:

@@ -1,0 +1,84 @@
+"""The package's shape: subpackages follow the pipeline without cycles, modules and functions stay
+small, and unit constants live in one place. Read from the source with `ast`, not by importing."""
+
+import ast
+import re
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "planner"
+# The pipeline, upstream first: a subpackage may import only from those before it (and the leaves).
+PIPELINE = ["model", "hardware", "physics", "problem", "placement", "solver", "studies", "output", "cli"]
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+UNIT_HOME = PACKAGE / "units.py"
+BARE_UNIT_LITERAL = re.compile(r"(?<![\w.])(3600(\.0)?|1e6|1e9|1e12)(?![\w.])")
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "_data" not in p.parts)
+
+
+FACES = {"__init__.py", "__main__.py", "quick.py"}  # the public face sits on top of everything
+
+
+def _group(module: Path) -> str:
+    """The subpackage a module belongs to, 'face' for the public face, 'leaf' for other top-level modules."""
+    rel = module.relative_to(PACKAGE).parts
+    return rel[0] if len(rel) > 1 else "face" if rel[0] in FACES else "leaf"
+
+
+def _imported_groups(module: Path) -> set[str]:
+    groups = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+            [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "planner" and len(parts) > 1:
+                groups.add(parts[1] if parts[1] in PIPELINE else "leaf")
+    return groups
+
+
+def _package_graph() -> nx.DiGraph:
+    graph = nx.DiGraph()
+    for module in _modules():
+        for target in _imported_groups(module) - {_group(module)}:
+            graph.add_edge(_group(module), target)
+    return graph
+
+
+def test_subpackages_import_without_cycles():
+    cycles = list(nx.simple_cycles(_package_graph()))
+    assert cycles == [], f"import cycles between subpackages: {cycles}"
+
+
+def test_subpackages_import_only_upstream_in_pipeline_order():
+    rank = {name: i for i, name in enumerate(["leaf", *PIPELINE, "face"])}
+    backwards = [(a, b) for a, b in _package_graph().edges if rank[b] > rank[a]]
+    assert backwards == [], f"imports against the pipeline order: {backwards}"
+
+
+@pytest.mark.parametrize("module", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_and_functions_stay_small(module):
+    text = module.read_text()
+    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{module.name}: {len(text.splitlines())} lines"
+    long = [(f.name, f.end_lineno - f.lineno + 1) for f in ast.walk(ast.parse(text))
+            if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno - f.lineno + 1 > MAX_FUNCTION_LINES]
+    assert long == [], f"{module.name}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def _code_lines(module: Path) -> list[tuple[int, str]]:
+    """Lines of code with comments and docstrings removed (a unit named in prose is fine)."""
+    text = module.read_text()
+    docstrings = {n.value.lineno for n in ast.walk(ast.parse(text))
+                  if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+    return [(i, line.split("#", 1)[0]) for i, line in enumerate(text.splitlines(), 1) if i not in docstrings]
+
+
+def test_unit_constants_have_one_home():
+    bare = [f"{m.relative_to(PACKAGE)}:{i}: {line.strip()}" for m in _modules() if m != UNIT_HOME
+            for i, line in _code_lines(m) if BARE_UNIT_LITERAL.search(line)]
+    assert bare == [], "write these with the constants of planner/units.py:\n" + "\n".join(bare)
