@@ -31,6 +31,11 @@ PUBLISHED = {
     "mixtral-8x22b": (141e9, 39e9, True),
     "gpt-oss-20b": (20.9e9, 3.6e9, False),  # OpenAI counts the unembedding, not the input embedding
     "gpt-oss-120b": (116.8e9, 5.1e9, False),
+    "llama-3.3-70b": (70e9, 70e9, True),  # Llama 3.3 model card
+    "llama-2-7b": (6.74e9, 6.74e9, True),  # Hugging Face model page (the paper rounds to 7B)
+    "llama-2-70b": (69e9, 69e9, True),
+    "gpt-j-6b": (6.053e9, 6.053e9, True),  # model card: 6,053,381,344 (non-gated MLP written as gated, equal weights)
+    "falcon-180b": (180e9, 180e9, True),  # model card (non-gated MLP written as gated, equal weights)
 }
 
 

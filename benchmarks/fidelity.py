@@ -1,0 +1,300 @@
+"""Fidelity benchmark: published serving measurements against `planner estimate`.
+
+Each row of `benchmarks/published.csv` carries a published throughput and machine-readable mapping
+columns (`planner_*`, `measured_*`) saying how it maps onto `planner estimate`. For every row this
+script runs `python -m planner estimate ... --json PATH` as a subprocess (so it depends on the CLI
+and its JSON, not on internal APIs), turns the JSON into the measured quantity and prints
+predicted against measured.
+
+Modes (README of the validation set):
+  inflight      aggregated replica; output tokens/s per accelerator
+  decode_pool   `--role decode` replica; output tokens/s per accelerator
+  prefill_pool  `--role prefill` replica; input tokens/s per accelerator
+  static        B prompts prefilled, then OSL decode steps:
+                time = B x ISL / prefill rate + OSL x B / decode-only rate; B x OSL / time / G
+An empty `planner_batch` means the largest batch that fits (exit code 3 = does not fit), at most
+`planner_batch_cap`. Where the JSON has `<field>_range` = [low, high], the prediction is also
+computed at both ends and the benchmark reports whether that range covers the measurement.
+
+Usage: python benchmarks/fidelity.py [--quick] [--json OUT] [--csv OUT]
+Exit code 0 unless the benchmark itself fails.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PUBLISHED_CSV = HERE / "published.csv"
+QUICK_IDS = ("TRT061-01", "TRT061-05", "SG-03", "SG-04")  # one planner call each, every mode but inflight
+EXIT_DOES_NOT_FIT = 3
+WITHIN = 0.20  # the "within +-20%" band
+DEFAULT_BATCH_CAP = 1 << 16  # search limit for the largest fitting batch when the row names none
+
+
+def load_rows(path: Path = PUBLISHED_CSV, ids: tuple[str, ...] | None = None) -> list[dict]:
+    """Rows of the published CSV, optionally only the given ids (in file order)."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [r for r in rows if ids is None or r["id"] in ids]
+
+
+def _as_int(text: str) -> int | None:
+    return int(text) if text.strip() else None
+
+
+def estimate_argv(row: dict, batch: int, json_path: str) -> list[str]:
+    """The `planner estimate` command line of a row at `batch`."""
+    argv = [sys.executable, "-m", "planner", "estimate", "--model", row["planner_model"], "--rack", row["planner_rack"],
+            "--batch", str(batch), "--isl", row["planner_isl"], "--osl", row["planner_osl"], "--json", json_path]
+    for flag in ("tp", "ep", "pp", "dp_attn"):
+        argv += [f"--{flag.replace('_', '-')}", row[f"planner_{flag}"]]
+    for kind in ("weights", "kv", "activations", "compute"):
+        argv += [f"--{kind}-precision", row[f"planner_{kind}_precision"]]
+    role = "aggregated" if row["planner_mode"] == "static" else row["planner_role"]
+    return argv + ["--role", role]
+
+
+def run_estimate(row: dict, batch: int) -> tuple[bool, dict]:
+    """Run the planner at `batch`: (fits in HBM, JSON record). Raises on any other failure."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "estimate.json")
+        proc = subprocess.run(estimate_argv(row, batch, path), cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode not in (0, EXIT_DOES_NOT_FIT):
+            raise RuntimeError(f"planner exit {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+        with open(path) as f:
+            return proc.returncode == 0, json.load(f)
+
+
+def batch_unit(row: dict) -> int:
+    """Batches must split into pp x dp_attn micro-batches."""
+    return int(row["planner_pp"]) * int(row["planner_dp_attn"])
+
+
+def largest_fitting_batch(row: dict) -> tuple[int | None, dict | None]:
+    """The largest batch (a multiple of the unit, at most the cap) that fits, and its record.
+
+    A first guess comes from the JSON at one unit (free HBM over KV bytes per unit); the bracket
+    [last fit, first miss] is then closed by bisection on the exit code."""
+    unit = batch_unit(row)
+    cap = (_as_int(row["planner_batch_cap"]) or DEFAULT_BATCH_CAP) // unit
+    fits, record = run_estimate(row, unit)
+    if not fits:
+        return None, None
+    mem = record["memory_bytes_per_accelerator"]
+    guess = int((mem["free"] + mem["kv"]) // mem["kv"]) if mem["kv"] > 0 else cap
+    lo, hi, best = 1, cap + 1, record  # lo fits, hi does not (or is past the cap)
+    for probe in (min(max(guess, 1), cap), min(max(guess, 1), cap) + 1):
+        if lo < probe < hi:
+            lo, hi, best = _narrow(row, probe, unit, lo, hi, best)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi, best = _narrow(row, mid, unit, lo, hi, best)
+    return lo * unit, best
+
+
+def _narrow(row: dict, units: int, unit: int, lo: int, hi: int, best: dict) -> tuple[int, int, dict]:
+    """One bisection probe at `units` x `unit`: move the fitting or the failing end of the bracket."""
+    fits, record = run_estimate(row, units * unit)
+    return (units, hi, record) if fits else (lo, units, best)
+
+
+def field(record: dict, key: str, bound: str) -> float | None:
+    """`record[key]`, or an end of `record[key + '_range']` ([low, high] or {low|lo|min, high|hi|max})."""
+    if bound == "mid":
+        return record[key]
+    span = record.get(key + "_range")
+    if span is None:
+        return None
+    if isinstance(span, dict):
+        names = ("low", "lo", "min") if bound == "low" else ("high", "hi", "max")
+        return next((float(span[n]) for n in names if n in span), None)
+    return float(span[0] if bound == "low" else span[1])
+
+
+def predicted(row: dict, record: dict, bound: str = "mid") -> float | None:
+    """The row's measured quantity as the planner predicts it (or an end of its range)."""
+    n = record["accelerators"]
+    mode = row["planner_mode"]
+    if mode in ("inflight", "decode_pool"):
+        return field(record, "output_tokens_per_s_per_accelerator", bound)
+    if mode == "prefill_pool":
+        rate = field(record, "input_tokens_per_s_per_replica", bound)
+        return None if rate is None else rate / n
+    if mode == "static":
+        return static_throughput(record, bound)
+    raise ValueError(f"{row['id']}: unknown planner_mode {mode!r}")
+
+
+def static_throughput(record: dict, bound: str) -> float | None:
+    """Static batching: B prompts prefilled back to back, then OSL decode steps at batch B."""
+    batch, isl, osl = record["batch_per_replica"], record["input_tokens"], record["output_tokens"]
+    prefill_rate = field(record, "prefill_only_tokens_per_s_per_replica", bound)
+    decode_rate = field(record, "decode_only_tokens_per_s_per_replica", bound)
+    if prefill_rate is None or decode_rate is None:
+        return None
+    time_s = batch * isl / prefill_rate + osl * batch / decode_rate
+    return batch * osl / time_s / record["accelerators"]
+
+
+STEP_OF_MODE = {"prefill_pool": "prefill_chunk_step_time_s", "decode_pool": "decode_only_step_time_s",
+                "static": "decode_only_step_time_s", "inflight": "step_time_s"}
+
+
+def roofline_side(terms: dict) -> str:
+    """The side of a roofline step (compute, memory = weights + KV, communication) that is largest,
+    as a share of the step total."""
+    sides = {"compute": terms["compute"], "memory": terms["weights"] + terms["kv"], "comm": terms["comm"]}
+    name = max(sides, key=sides.get)
+    text = f"{name} {sides[name] / terms['total']:.0%}"
+    if name == "memory":
+        text += f" (kv {terms['kv'] / terms['total']:.0%}, weights {terms['weights'] / terms['total']:.0%})"
+    return text
+
+
+def driver(row: dict, record: dict) -> str:
+    """What sets the prediction: the largest side of the step the mode runs on; for static batching
+    the phase (prefill or decode) that takes most of the time, and its largest side."""
+    if row["planner_mode"] != "static":
+        return roofline_side(record[STEP_OF_MODE[row["planner_mode"]]])
+    batch, isl = record["batch_per_replica"], record["input_tokens"]
+    prefill_s = batch * isl / record["prefill_only_tokens_per_s_per_replica"]
+    decode_s = record["output_tokens"] * batch / record["decode_only_tokens_per_s_per_replica"]
+    share = prefill_s / (prefill_s + decode_s)
+    if share > 0.5:
+        return f"prefill {share:.0%} of time: {roofline_side(record['prefill_chunk_step_time_s'])}"
+    return f"decode {1 - share:.0%} of time: {roofline_side(record['decode_only_step_time_s'])}"
+
+
+def evaluate(row: dict) -> dict:
+    """Run one row: the planner's prediction next to the measurement, or the error that stopped it."""
+    out = {"id": row["id"], "model": row["planner_model"], "hardware": row["planner_rack"], "mode": row["planner_mode"],
+           "layout": layout_text(row), "measured": float(row["measured_value"]), "unit": row["measured_unit"],
+           "flags": row["mapping_flags"], "batch": None, "fits": None, "predicted": None, "ratio": None,
+           "abs_error": None, "range": None, "range_covers": None, "driver": "", "error": None}
+    try:
+        batch = _as_int(row["planner_batch"])
+        if batch is None:
+            batch, record = largest_fitting_batch(row)
+            fits = batch is not None
+        else:
+            fits, record = run_estimate(row, batch)
+        if record is None:
+            out["error"] = "does not fit at any batch"
+            return out
+        out.update(batch=batch, fits=fits, driver=driver(row, record))
+        _compare(out, row, record)
+    except (RuntimeError, KeyError, ValueError, OSError, json.JSONDecodeError) as exc:
+        out["error"] = str(exc)
+    return out
+
+
+def _compare(out: dict, row: dict, record: dict) -> None:
+    """Fill predicted, ratio, |error| and the range check."""
+    value = predicted(row, record)
+    out.update(predicted=value, ratio=value / out["measured"], abs_error=abs(value / out["measured"] - 1))
+    low, high = predicted(row, record, "low"), predicted(row, record, "high")
+    if low is not None and high is not None:
+        low, high = min(low, high), max(low, high)
+        out.update(range=[low, high], range_covers=low <= out["measured"] <= high)
+
+
+def layout_text(row: dict) -> str:
+    parts = [f"TP{row['planner_tp']}"]
+    parts += [f"{k.upper()}{row['planner_' + k]}" for k in ("ep", "pp") if row["planner_" + k] != "1"]
+    if row["planner_dp_attn"] != "1":
+        parts.append(f"DPA{row['planner_dp_attn']}")
+    return " ".join(parts) + f" {row['planner_weights_precision']}"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default), q in [0, 1]."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lower = math.floor(pos)
+    upper = min(lower + 1, len(ordered) - 1)
+    return ordered[lower] + (ordered[upper] - ordered[lower]) * (pos - lower)
+
+
+def summarize(results: list[dict]) -> dict:
+    """Median and 90th-percentile |error|, share within +-20%, median ratio, range coverage."""
+    done = [r for r in results if r["ratio"] is not None]
+    errors = [r["abs_error"] for r in done]
+    ranged = [r for r in done if r["range_covers"] is not None]
+    return {
+        "rows": len(results), "evaluated": len(done), "failed": len(results) - len(done),
+        "median_abs_error": statistics.median(errors) if errors else None,
+        "p90_abs_error": percentile(errors, 0.9) if errors else None,
+        "share_within_20pct": sum(e <= WITHIN for e in errors) / len(errors) if errors else None,
+        "median_ratio": statistics.median(r["ratio"] for r in done) if done else None,
+        "rows_with_range": len(ranged),
+        "range_coverage": sum(r["range_covers"] for r in ranged) / len(ranged) if ranged else None,
+    }
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_report(results: list[dict], summary: dict) -> None:
+    """The per-row table and the overall figures."""
+    head = f"{'id':<10} {'model':<16} {'hardware':<9} {'layout':<18} {'mode':<12} {'batch':>6} " \
+           f"{'predicted':>10} {'measured':>9} {'ratio':>6} {'|err|':>7} {'range':>5}  driver / flags"
+    print("Fidelity: planner estimate vs published (tokens/s per accelerator: output, or input for prefill pools)")
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        covers = "-" if r["range_covers"] is None else ("yes" if r["range_covers"] else "no")
+        tail = r["error"] or r["driver"] + ("" if r["fits"] in (True, None) else "; DOES NOT FIT")
+        tail += f" [{r['flags']}]" if r["flags"] else ""
+        print(f"{r['id']:<10} {r['model']:<16} {r['hardware']:<9} {r['layout']:<18} {r['mode']:<12} "
+              f"{_fmt(r['batch'], 'd'):>6} {_fmt(r['predicted'], ',.0f'):>10} {r['measured']:>9,.0f} "
+              f"{_fmt(r['ratio'], '.2f'):>6} {_fmt(r['abs_error'] and 100 * r['abs_error'], '.0f') + '%':>7} {covers:>5}  {tail}")
+    s = summary
+    coverage = "n/a (the JSON has no *_range fields)" if s["range_coverage"] is None else \
+        f"{s['range_coverage']:.0%} of {s['rows_with_range']} rows"
+    print(f"\nrows {s['evaluated']}/{s['rows']} evaluated; median |error| {_fmt(s['median_abs_error'] and 100 * s['median_abs_error'], '.0f')}%, "
+          f"90th percentile {_fmt(s['p90_abs_error'] and 100 * s['p90_abs_error'], '.0f')}%, "
+          f"within +-{WITHIN:.0%}: {_fmt(s['share_within_20pct'], '.0%')}, median ratio {_fmt(s['median_ratio'], '.2f')}, "
+          f"range coverage: {coverage}")
+
+
+def write_outputs(results: list[dict], summary: dict, json_out: str | None, csv_out: str | None) -> None:
+    if json_out:
+        Path(json_out).write_text(json.dumps({"rows": results, "summary": summary}, indent=2) + "\n")
+    if csv_out:
+        with open(csv_out, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(results[0]) if results else ["id"], lineterminator="\n")
+            writer.writeheader()
+            writer.writerows({k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_IDS)} (for the test suite)")
+    parser.add_argument("--published", default=str(PUBLISHED_CSV), help="published measurements CSV")
+    parser.add_argument("--json", metavar="OUT", help="write rows and summary as JSON")
+    parser.add_argument("--csv", metavar="OUT", help="write one CSV line per row")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="rows evaluated in parallel")
+    args = parser.parse_args(argv)
+    rows = load_rows(Path(args.published), QUICK_IDS if args.quick else None)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = list(pool.map(evaluate, rows))
+    summary = summarize(results)
+    print_report(results, summary)
+    write_outputs(results, summary, args.json, args.csv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
