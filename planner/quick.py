@@ -12,9 +12,9 @@ PlannerInputError with the field and the fix.
 from planner.errors import PlannerInputError, unknown_name_issue
 from planner.hardware.catalog import load_hardware_catalog
 from planner.model.catalog import load_model_catalog
+from planner.modes import OverlapPolicy
 from planner.physics.deployment import Layout, layout_issues
 from planner.physics.estimate import DeploymentInputs, Estimate, estimate
-from planner.physics.roofline import OverlapPolicy
 from planner.problem.spec import PrecisionSpec, resolve_precisions
 
 __all__ = ["evaluate", "inputs_for"]

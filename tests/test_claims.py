@@ -12,7 +12,7 @@ import pytest
 
 from planner.model.architecture import kv_bytes_per_token, param_counts
 from planner.model.catalog import ModelSpec, arch_from_spec
-from planner.physics.deployment import ServingRole
+from planner.modes import ServingRole
 from planner.physics.roofline import (
     critical_batch_size,
     hbm_drain_time_s,

@@ -11,9 +11,8 @@ of HBM bandwidth (NVIDIA AIConfigurator); Llama 3.1 8B config.json (32 layers, h
 
 import pytest
 
-from planner.physics.deployment import ServingRole
+from planner.modes import OverlapPolicy, ServingRole
 from planner.physics.roofline import (
-    OverlapPolicy,
     StepTime,
     all_reduce_time_s,
     all_to_all_time_s,

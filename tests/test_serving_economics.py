@@ -14,12 +14,12 @@ import pytest
 
 from planner.cli.main import main
 from planner.model.architecture import kv_bytes_per_sequence
+from planner.modes import ServingRole
 from planner.output.cache_report import cache_economics
 from planner.output.export import export_plan
 from planner.output.plan_report import solve_record
 from planner.output.validate import check_plan
 from planner.paths import data_dir
-from planner.physics.deployment import ServingRole
 from planner.physics.kv_cache import (
     break_even_retention_s,
     cached_bytes,

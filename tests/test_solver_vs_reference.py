@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
+from planner.modes import ServingRole
 from planner.paths import data_dir
-from planner.physics.deployment import ServingRole
 from planner.problem.spec import load_problem, parse_problem, resolve_problem
 from planner.solver.model_builder import replica_bound
 from planner.solver.reference import SearchTooLarge, fits_racks, reference_optimum

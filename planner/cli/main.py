@@ -16,16 +16,16 @@ from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.hardware.catalog import HardwareCatalog, load_hardware_catalog
 from planner.model.architecture import kv_bytes_per_token, param_counts
 from planner.model.catalog import load_model_catalog
+from planner.modes import OverlapPolicy, ServingRole
 from planner.output.report import estimate_record, render_estimate
 from planner.paths import data_dir
-from planner.physics.deployment import Layout, ServingRole, layout_issues
+from planner.physics.deployment import Layout, layout_issues
 from planner.physics.estimate import (
     DEFAULT_PREFILL_CHUNK_TOKENS,
     DeploymentInputs,
     estimate,
 )
 from planner.physics.kv_cache import cache_use, load_tier_specs, tiers_for
-from planner.physics.roofline import OverlapPolicy
 from planner.precision import Precision
 from planner.problem.spec import (
     PrecisionSpec,

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.model.architecture import kv_bytes_per_sequence
-from planner.physics.deployment import ServingRole
+from planner.modes import ServingRole
 from planner.physics.kv_cache import (
     KvTier,
     break_even_retention_s,

@@ -3,7 +3,7 @@ use its links; the planner's TTFT bound assumes the NICs."""
 
 from dataclasses import dataclass
 
-from planner.physics.deployment import ServingRole
+from planner.modes import ServingRole
 from planner.physics.links import kv_handoff_s
 from planner.solver.candidates import handoff_s
 from planner.solver.solve import SolveResult

@@ -4,9 +4,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from planner.modes import ServingRole
 from planner.output.handoff import handoff_summary
 from planner.output.report import estimate_record
-from planner.physics.deployment import ServingRole
 from planner.solver.solve import Deployment, SolveResult
 from planner.units import format_rate, format_seconds, format_usd
 

@@ -4,7 +4,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from planner.physics.deployment import ServingRole
+from planner.modes import ServingRole
 from planner.physics.estimate import Estimate
 from planner.physics.roofline import StepTime
 from planner.units import format_bytes, format_rate, format_seconds, format_usd

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.model.architecture import kv_bytes_per_sequence
-from planner.physics.deployment import Layout, Precisions, ServingRole, layout_issues
+from planner.modes import ServingRole
+from planner.physics.deployment import Layout, Precisions, layout_issues
 from planner.physics.estimate import DeploymentInputs, estimate
 from planner.physics.kv_cache import cache_use
 from planner.precision import FlopsFormat, Precision

@@ -2,7 +2,6 @@
 must satisfy for a given model."""
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 
@@ -10,21 +9,7 @@ from planner.errors import InputIssue
 from planner.model.architecture import AttentionKind, ModelArch
 from planner.precision import FlopsFormat, Precision, bytes_per_value
 
-__all__ = ["Layout", "Precisions", "ServingRole", "layout_issues", "stage_of_layer"]
-
-
-class ServingRole(StrEnum):
-    """What a replica does with a request.
-
-    aggregated: prefills and decodes its own requests; prefill chunks ride in the decode steps
-      (mixed batches), so prefill work lengthens every step a user waits for.
-    prefill: only prefills prompts and hands their KV cache to a decode replica.
-    decode: only decodes; its requests arrive with their KV cache from a prefill replica.
-    """
-
-    AGGREGATED = "aggregated"
-    PREFILL = "prefill"
-    DECODE = "decode"
+__all__ = ["Layout", "Precisions", "layout_issues", "stage_of_layer"]
 
 
 @dataclass(frozen=True, order=True)

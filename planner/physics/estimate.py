@@ -21,8 +21,9 @@ from planner.model.architecture import (
     layer_windows,
     param_counts,
 )
+from planner.modes import OverlapPolicy, ServingRole
 from planner.physics.cost import usd_per_million_tokens
-from planner.physics.deployment import Layout, Precisions, ServingRole, stage_of_layer
+from planner.physics.deployment import Layout, Precisions, stage_of_layer
 from planner.physics.kv_cache import CacheUse, cached_bytes, reload_s
 from planner.physics.links import (
     EffectiveLinks,
@@ -38,7 +39,6 @@ from planner.physics.memory import (
     weight_bytes_per_accelerator,
 )
 from planner.physics.roofline import (
-    OverlapPolicy,
     StepTime,
     all_reduce_time_s,
     all_to_all_time_s,

@@ -5,14 +5,14 @@ The combination rule lives in one place, `StepTime.total_s`. Closed forms of the
 summarise, so that tests can check the composed roofline against them.
 """
 
-from enum import StrEnum
 from typing import NamedTuple
 
 import numpy as np
 
+from planner.modes import OverlapPolicy
+
 __all__ = [
     "FLOPS_PER_PARAM_PER_TOKEN",
-    "OverlapPolicy",
     "StepTime",
     "all_reduce_time_s",
     "all_to_all_time_s",
@@ -30,13 +30,6 @@ __all__ = [
 
 FLOPS_PER_PARAM_PER_TOKEN = 2  # one multiply and one add per weight per token (forward pass)
 RING_ALL_REDUCE_PASSES = 2  # reduce-scatter then all-gather, each moving (n-1)/n of the message
-
-
-class OverlapPolicy(StrEnum):
-    """How communication combines with the compute/memory roofline (a stated plan assumption)."""
-
-    SERIAL = "serial"  # max(compute, weights + kv) + comm  (physics.md default)
-    OVERLAPPED = "overlapped"  # max(compute, weights + kv, comm): comm fully hidden behind the rest
 
 
 class StepTime(NamedTuple):

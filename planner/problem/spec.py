@@ -38,8 +38,8 @@ from planner.hardware.catalog import (
 )
 from planner.model.architecture import ModelArch
 from planner.model.catalog import ModelSpec, arch_from_spec, load_model_catalog
-from planner.physics.deployment import Precisions, ServingRole
-from planner.physics.roofline import OverlapPolicy
+from planner.modes import OverlapPolicy, ServingRole
+from planner.physics.deployment import Precisions
 from planner.precision import Precision, flops_format
 from planner.schema import CatalogId, EdgeModel
 from planner.units import MS, SECONDS_PER_MINUTE

@@ -17,12 +17,12 @@ import numpy as np
 
 from planner.hardware.catalog import Overheads, RackType
 from planner.model.architecture import ModelArch, kv_bytes_per_sequence, param_counts
+from planner.modes import OverlapPolicy, ServingRole
 from planner.physics.cost import usd_per_million_tokens
-from planner.physics.deployment import Layout, Precisions, ServingRole, layout_issues
+from planner.physics.deployment import Layout, Precisions, layout_issues
 from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
 from planner.physics.kv_cache import CacheUse, tiers_for
 from planner.physics.links import default_replica_links, kv_handoff_s
-from planner.physics.roofline import OverlapPolicy
 from planner.problem.spec import PrecisionSpec, ResolvedWorkload, resolve_precisions
 from planner.units import SECONDS_PER_HOUR
 

@@ -4,8 +4,8 @@ dominates its step, what binds the fleet, and the best rejected alternative with
 import math
 from dataclasses import dataclass, replace
 
+from planner.modes import ServingRole
 from planner.physics.cost import usd_per_million_tokens
-from planner.physics.deployment import ServingRole
 from planner.solver.search import solve_data
 from planner.units import (
     SECONDS_PER_HOUR,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.physics.deployment import ServingRole
+from planner.modes import ServingRole
 from planner.placement.packing import aligned_free_blocks, stage_kind
 from planner.problem.spec import Objective
 from planner.solver.candidates import Candidate, pair_ttft_s

@@ -7,7 +7,7 @@ with the model's volume inequalities, so the search also tests that encoding.
 
 from collections.abc import Iterator
 
-from planner.physics.deployment import ServingRole
+from planner.modes import ServingRole
 from planner.placement.packing import PlacementFailed, RackSlots, StageItem, place
 from planner.problem.spec import Objective
 from planner.solver.model_builder import (

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.model.expert_loads import synthetic_profile
+from planner.modes import ServingRole
 from planner.physics.cost import usd_per_million_tokens
-from planner.physics.deployment import ServingRole
 from planner.physics.estimate import DeploymentInputs, Estimate, estimate
 from planner.physics.kv_cache import cache_use
 from planner.placement.experts import ExpertPlacement, place_experts

@@ -1,0 +1,27 @@
+"""The planner's modes and named choices as enums (a leaf module: the CLI builds its choices from these
+without importing the physics)."""
+
+from enum import StrEnum
+
+__all__ = ["OverlapPolicy", "ServingRole"]
+
+
+class OverlapPolicy(StrEnum):
+    """How communication combines with the compute/memory roofline (a stated plan assumption)."""
+
+    SERIAL = "serial"  # max(compute, weights + kv) + comm  (physics.md default)
+    OVERLAPPED = "overlapped"  # max(compute, weights + kv, comm): comm fully hidden behind the rest
+
+
+class ServingRole(StrEnum):
+    """What a replica does with a request.
+
+    aggregated: prefills and decodes its own requests; prefill chunks ride in the decode steps
+      (mixed batches), so prefill work lengthens every step a user waits for.
+    prefill: only prefills prompts and hands their KV cache to a decode replica.
+    decode: only decodes; its requests arrive with their KV cache from a prefill replica.
+    """
+
+    AGGREGATED = "aggregated"
+    PREFILL = "prefill"
+    DECODE = "decode"
