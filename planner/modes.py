@@ -3,7 +3,7 @@ without importing the physics)."""
 
 from enum import StrEnum
 
-__all__ = ["OverlapPolicy", "ServingRole"]
+__all__ = ["ExportFormat", "OverlapPolicy", "ServingRole"]
 
 
 class OverlapPolicy(StrEnum):
@@ -25,3 +25,12 @@ class ServingRole(StrEnum):
     AGGREGATED = "aggregated"
     PREFILL = "prefill"
     DECODE = "decode"
+
+
+class ExportFormat(StrEnum):
+    """What `planner export` writes: the placement document, or a launch script for an engine."""
+
+    JSON = "json"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TRTLLM = "trtllm"

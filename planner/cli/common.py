@@ -1,0 +1,108 @@
+"""What the commands share: output files, problem and plan arguments, the sweep progress bar."""
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
+from planner.paths import data_dir
+from planner.problem.spec import (
+    load_problem,
+    resolve_problem,
+)
+
+__all__ = ["Progress", "load_plan", "problem_arg", "resolve_problem_path", "resolved_from_plan", "write_json", "write_text"]
+
+
+EXIT_OK, EXIT_INVALID_PLAN, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
+
+
+def write_text(path: str, text: str, console: Console | None = None) -> None:
+    """Write `text` to `path` (creating folders) and, given a console, say so."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    if console is not None:
+        console.print(f"wrote {path}")
+
+
+def write_json(path: str, record: dict, console: Console | None = None) -> None:
+    write_text(path, json.dumps(record, indent=2, default=str) + "\n", console)
+
+
+def resolve_problem_path(text: str) -> Path:
+    """A problem path, or the name of a bundled problem (with or without .yaml)."""
+    path = Path(text)
+    if path.exists():
+        return path
+    bundled = data_dir("problems")
+    for candidate in (bundled / text, bundled / f"{text}.yaml"):
+        if candidate.exists():
+            return candidate
+    names = sorted(p.stem for p in bundled.glob("*.yaml"))
+    raise PlannerInputError(unknown_name_issue("PROBLEM", "problem file", text, names))
+
+
+def problem_arg(text: str):
+    path = resolve_problem_path(text)
+    return load_problem(path), path
+
+
+class Progress:
+    """A rich progress bar on standard error for sweeps: (done, total, what) callbacks."""
+
+    def __init__(self, label: str):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=True)
+        self.task = None
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if self.task is None:
+            self.task = self.bar.add_task(what, total=total)
+        self.bar.update(self.task, completed=done, description=what)
+
+
+def load_plan(text: str) -> tuple[dict, Path]:
+    """A plan JSON written by `planner solve --json`, checked for the fields every command needs."""
+    path = Path(text)
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PlannerInputError(InputIssue(text, "file not found", "pass the JSON written by `planner solve PROBLEM --json PATH`")) from None
+    except json.JSONDecodeError as exc:
+        raise PlannerInputError(InputIssue(text, f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}",
+                                           "pass the JSON written by `planner solve --json`")) from None
+    if not isinstance(record, dict) or record.get("format") != "llm-deployment-plan":
+        raise PlannerInputError(InputIssue(text, "not a plan written by `planner solve --json`", "solve a problem with --json PATH first"))
+    if record.get("format_version") != 1:
+        raise PlannerInputError(InputIssue(f"{text}: format_version", f"version {record.get('format_version')} is not supported",
+                                           "re-solve the problem with this planner version"))
+    if not record.get("deployments"):
+        raise PlannerInputError(InputIssue(f"{text}: deployments", f"the plan has no deployments (status {record.get('status')})",
+                                           "solve a feasible problem first"))
+    return record, path
+
+
+def resolved_from_plan(record: dict, path: Path):
+    from planner.problem.spec import parse_problem
+
+    if "problem_spec" not in record:
+        raise PlannerInputError(InputIssue(f"{path}: problem_spec", "missing", "re-solve the problem: plans embed their problem"))
+    base = Path(record.get("problem_dir") or path.parent)
+    return resolve_problem(parse_problem(record["problem_spec"], source=f"{path}: problem_spec"), base_dir=base, source=str(path))

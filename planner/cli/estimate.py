@@ -1,0 +1,125 @@
+"""`planner estimate`: one fixed deployment evaluated and its roofline breakdown shown."""
+
+import argparse
+from dataclasses import dataclass, field
+
+from rich.console import Console
+
+from planner.cli.common import (
+    EXIT_INFEASIBLE,
+    EXIT_OK,
+    resolve_problem_path,
+    write_json,
+)
+from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
+from planner.hardware.catalog import HardwareCatalog, load_hardware_catalog
+from planner.model.catalog import load_model_catalog
+from planner.modes import OverlapPolicy, ServingRole
+from planner.output.report import estimate_record, render_estimate
+from planner.physics.deployment import Layout, layout_issues
+from planner.physics.estimate import (
+    DEFAULT_PREFILL_CHUNK_TOKENS,
+    DeploymentInputs,
+    estimate,
+)
+from planner.physics.kv_cache import cache_use, tiers_for
+from planner.problem.spec import (
+    PrecisionSpec,
+    load_problem,
+    resolve_precisions,
+    resolve_problem,
+)
+
+__all__ = ["estimate_command", "estimate_inputs"]
+
+
+_FLAG_OF_FIELD = {"layout.tp": "--tp", "layout.ep": "--ep", "layout.pp": "--pp", "layout.dp_attn": "--dp-attn", "layout.batch": "--batch"}
+
+
+@dataclass
+class _Defaults:
+    """What a problem file (or nothing) gives `estimate` before the flags override it."""
+
+    hardware: HardwareCatalog
+    arch: object = None
+    spec: PrecisionSpec = field(default_factory=PrecisionSpec)
+    rack_id: str | None = None
+    isl: int = 2048
+    osl: int = 256
+    cache_request: object = None
+
+
+def _defaults(args: argparse.Namespace) -> _Defaults:
+    if not args.problem:
+        return _Defaults(load_hardware_catalog())
+    path = resolve_problem_path(args.problem)
+    resolved = resolve_problem(load_problem(path), base_dir=path.parent, source=str(path))
+    names = [w.name for w in resolved.workloads]
+    if args.workload and args.workload not in names:
+        raise PlannerInputError(unknown_name_issue("--workload", "workload", args.workload, names))
+    workload = resolved.workloads[names.index(args.workload)] if args.workload in names else resolved.workloads[0]
+    model = resolved.models[workload.model_key]
+    return _Defaults(resolved.hardware, model.arch, model.precisions, resolved.rack_counts[0][0].id,
+                     workload.input_tokens, workload.output_tokens, workload.prefix_cache)
+
+
+def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
+    d = _defaults(args)
+    hardware, arch, spec, rack_id, isl, osl, cache_request = d.hardware, d.arch, d.spec, d.rack_id, d.isl, d.osl, d.cache_request
+    models = load_model_catalog()
+    issues = []
+    if args.model:
+        if args.model not in models:
+            issues.append(unknown_name_issue("--model", "model", args.model, models))
+        else:
+            arch = models[args.model]
+    if args.rack:
+        if args.rack not in hardware.racks:
+            issues.append(unknown_name_issue("--rack", "rack", args.rack, hardware.racks))
+        rack_id = args.rack
+    if arch is None and not args.model:
+        issues.append(InputIssue("--model", "no model given", "pass --model NAME (see `planner catalog`) or a problem file"))
+    if rack_id is None and not args.rack:
+        issues.append(InputIssue("--rack", "no rack given", "pass --rack NAME (see `planner catalog`) or a problem file"))
+    if args.batch is None:
+        issues.append(InputIssue("--batch", "no decode batch given", "pass --batch N (sequences in flight per replica)"))
+    tier_id = args.cache_tier or (cache_request.tier if cache_request is not None and cache_request.tier != "auto" else None)
+    if args.cache_tier and cache_request is None:
+        issues.append(InputIssue("--cache-tier", "no prompt cache to place: the workload declares no prefix_cache",
+                                 "pass a problem whose workload has prefix_cache, or drop --cache-tier"))
+    if issues:
+        raise PlannerInputError(issues)
+    rack = hardware.racks[rack_id]
+    cache = None
+    if tier_id is not None and cache_request is not None:
+        tiers = [t.id for t in tiers_for(rack.accelerator)]
+        if tier_id not in tiers:
+            raise PlannerInputError(unknown_name_issue("--cache-tier", f"KV tier on {rack.accelerator.id}", tier_id, tiers))
+        cache = cache_use(cache_request, tier_id, rack.accelerator)
+    if args.price is not None:
+        hardware = hardware.with_overrides(price_usd_per_hour={rack.accelerator.id: args.price})
+        rack = hardware.racks[rack_id]
+    layout = Layout(tp=args.tp, ep=args.ep, pp=args.pp, dp_attn=args.dp_attn) if args.dp_attn else Layout.with_default_dp_attn(args.tp, args.ep, args.pp)
+    issues = [InputIssue(_FLAG_OF_FIELD.get(i.field, i.field), i.problem, i.fix.replace("dp_attn", "--dp-attn"))
+              for i in layout_issues(arch, layout, args.batch)]
+    if issues:
+        raise PlannerInputError(issues)
+    flags = {"weights": args.weights_precision, "kv_cache": args.kv_precision,
+             "activations": args.activations_precision, "compute": args.compute_precision}
+    spec = PrecisionSpec(**(spec.model_dump() | {k: v for k, v in flags.items() if v is not None}))
+    precisions, notes = resolve_precisions(spec, arch, rack.accelerator, field_name="--compute-precision")
+    return DeploymentInputs(
+        arch=arch, rack=rack, layout=layout, batch_per_replica=args.batch,
+        input_tokens=args.isl or isl, output_tokens=args.osl or osl, precisions=precisions,
+        overheads=hardware.overheads, overlap=OverlapPolicy(args.overlap), prefill_chunk_tokens=args.prefill_chunk or DEFAULT_PREFILL_CHUNK_TOKENS, notes=notes,
+        role=ServingRole(args.role), prefix_cache=cache,
+    )
+
+
+def estimate_command(args: argparse.Namespace, console: Console) -> int:
+    inputs = estimate_inputs(args)
+    result = estimate(inputs)
+    render_estimate(result, console)
+    if args.json:
+        write_json(args.json, estimate_record(result), console)
+    return EXIT_OK if result.fits else EXIT_INFEASIBLE

@@ -1,0 +1,189 @@
+"""The argument parser: light imports only (leaf modules), so `planner --help` starts fast; each
+command names its handler as 'module:function', imported only when the command runs."""
+
+import argparse
+
+from planner import __version__
+from planner.modes import ExportFormat, OverlapPolicy, ServingRole
+from planner.precision import Precision
+
+__all__ = ["build_parser", "positive", "rl_factor"]
+
+
+def positive(kind: type) -> object:
+    """argparse type: a number of `kind` greater than zero."""
+
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def rl_factor(text: str) -> float:
+    value = float(text)
+    if not 2.0 <= value <= 6.0:
+        raise argparse.ArgumentTypeError(f"RL costs 2 (rollouts only) to 6 (backward on every rollout) FLOPs per parameter and token, got {text}")
+    return value
+
+
+def _add_estimate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("estimate", help="evaluate one fixed deployment and show its roofline breakdown",
+                       description="Evaluate one replica: step-time terms, TPOT, TTFT, HBM use and cost. "
+                                   "Exit code 3 when the deployment does not fit in HBM.")
+    p.add_argument("problem", nargs="?", help="optional problem file (or bundled problem name) giving model, rack and workload")
+    p.add_argument("--workload", help="workload of the problem to use (default: the first)")
+    p.add_argument("--model", help="model id, e.g. llama-3.1-70b")
+    p.add_argument("--rack", help="rack / scale-up unit id, e.g. hgx-h100")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of attention and dense weights")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel degree")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    p.add_argument("--dp-attn", type=int, default=None, help="attention data-parallel ranks per stage (default: ep/tp when ep > tp)")
+    p.add_argument("--batch", type=int, help="sequences in flight per replica (all micro-batches)")
+    p.add_argument("--isl", type=int, help="input (prompt) tokens per request (default 2048, or the problem's)")
+    p.add_argument("--osl", type=int, help="output tokens per request (default 256, or the problem's)")
+    precisions = [p.value for p in Precision]
+    p.add_argument("--weights-precision", choices=precisions, help="weight format (default: the model's native one)")
+    p.add_argument("--kv-precision", choices=precisions, help="KV-cache format (default bf16)")
+    p.add_argument("--activations-precision", choices=precisions, help="activation format (default bf16)")
+    p.add_argument("--compute-precision", choices=precisions, help="matmul format (default: the weights')")
+    p.add_argument("--price", type=float, help="USD per accelerator-hour instead of the catalog estimate")
+    p.add_argument("--overlap", choices=[o.value for o in OverlapPolicy], default=OverlapPolicy.SERIAL.value,
+                   help="serial: communication adds to the step (default); overlapped: hidden behind compute/memory")
+    p.add_argument("--prefill-chunk", type=int, help="tokens per prefill forward pass (default: the planner's chunked-prefill budget)")
+    p.add_argument("--role", choices=[r.value for r in ServingRole], default=ServingRole.AGGREGATED.value,
+                   help="aggregated (prefill rides in the decode steps, default), or one replica of a prefill or decode pool")
+    p.add_argument("--cache-tier", metavar="TIER",
+                   help="with a problem whose workload declares prefix_cache: the KV tier its cached prefixes wait in "
+                        "(hbm, host-dram, local-flash, remote-storage; default: the problem's tier unless it is auto)")
+    p.add_argument("--json", metavar="PATH", help="also write every figure as JSON (SI units)")
+    p.set_defaults(handler="planner.cli.estimate:estimate_command")
+
+
+def _add_solve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("solve", help="choose the cheapest deployment of every workload on the fleet (CP-SAT)",
+                       description="Enumerate layouts with the roofline, let CP-SAT choose rack types, layouts, batches and "
+                                   "replica counts, and explain the plan. Exit code 0 with a plan, 2 for bad input, 3 when infeasible.")
+    p.add_argument("problem", help="problem file, or the name of a bundled problem (see problems/)")
+    p.add_argument("--json", metavar="PATH", help="write the plan as JSON (SI units)")
+    p.add_argument("--time-limit", type=positive(float), default=None, help="CP-SAT time limit in seconds (default: the problem's)")
+    p.add_argument("--seed", type=int, default=None, help="CP-SAT random seed (default: the problem's)")
+    p.add_argument("--workers", type=positive(int), default=None, help="CP-SAT worker threads (default: the problem's)")
+    p.set_defaults(handler="planner.cli.plans:solve_command")
+
+
+def _add_plan_commands(sub: argparse._SubParsersAction) -> None:
+    export = sub.add_parser("export", help="export a solved plan for a serving stack",
+                            description="Write the plan's placement (json) or launch scripts for vLLM, SGLang or TensorRT-LLM.")
+    export.add_argument("plan", help="plan JSON written by `planner solve --json`")
+    export.add_argument("--format", choices=[f.value for f in ExportFormat], default=ExportFormat.JSON.value, help="json: placement document; others: a launch script")
+    export.add_argument("-o", "--output", help="write to a file instead of standard output")
+    export.set_defaults(handler="planner.cli.plans:export_command")
+    check = sub.add_parser("check", help="verify a plan independently of the solver (exit 0 valid, 1 invalid)",
+                           description="Reload a plan and re-derive everything from its problem and the roofline: HBM, latency "
+                                       "limits, demand, rack packing, accelerator placement and expert maps.")
+    check.add_argument("plan", help="plan JSON written by `planner solve --json`")
+    check.set_defaults(handler="planner.cli.plans:check_command")
+    view = sub.add_parser("view", help="show a plan's placement rack by rack")
+    view.add_argument("plan", help="plan JSON written by `planner solve --json`")
+    view.add_argument("--rack", help="only this rack instance (gb200-nvl72#0) or rack type")
+    view.set_defaults(handler="planner.cli.plans:view_command")
+
+
+def _add_sweeps(sub: argparse._SubParsersAction) -> None:
+    compare = sub.add_parser("compare", help="plan the same workloads on each rack generation, side by side",
+                             description="Re-plan the problem on each rack type alone and compare cost per token, throughput per "
+                                         "accelerator, TPOT, accelerators and racks, and the binding limit.")
+    compare.add_argument("problem", help="problem file, or the name of a bundled problem")
+    compare.add_argument("--racks", help="comma-separated rack ids (default: every rack type in the catalog)")
+    compare.add_argument("--count", type=positive(int), default=None, help="racks of each type (default: as many as the plan needs)")
+    compare.add_argument("--time-limit", type=positive(float), default=None, help="CP-SAT time limit per rack type, seconds")
+    compare.add_argument("--plot", metavar="PNG", help="also draw the comparison")
+    compare.add_argument("--json", metavar="PATH", help="also write the rows as JSON (SI units)")
+    compare.set_defaults(handler="planner.cli.studies:compare_command")
+    frontier = sub.add_parser("frontier", help="the Pareto frontier of cost per token against per-user speed",
+                              description="Sweep one workload's TPOT limit from the fastest achievable to the HBM-bound batch, solving "
+                                          "each point with CP-SAT warm-started from the previous one; report the frontier.")
+    frontier.add_argument("problem", help="problem file, or the name of a bundled problem")
+    frontier.add_argument("--workload", help="workload to sweep (needed when the problem has several)")
+    frontier.add_argument("--points", type=positive(int), default=16, help="TPOT limits to try (default 16)")
+    frontier.add_argument("--min-tpot-ms", type=positive(float), default=None, help="tightest TPOT limit (default: the fastest layout's)")
+    frontier.add_argument("--max-tpot-ms", type=positive(float), default=None, help="loosest TPOT limit (default: HBM-bound batches)")
+    frontier.add_argument("--time-limit", type=positive(float), default=None, help="CP-SAT time limit per point, seconds")
+    frontier.add_argument("--plot", metavar="PNG", help="also draw the frontier")
+    frontier.add_argument("--csv", metavar="CSV", help="also write every point as CSV")
+    frontier.add_argument("--json", metavar="PATH", help="also write every point as JSON (SI units)")
+    frontier.set_defaults(handler="planner.cli.studies:frontier_command")
+    curve = sub.add_parser("curve", help="cost per token and TPOT against batch size for the planned deployment",
+                           description="Solve the problem, take the workload's deployment and evaluate it over its batch range: "
+                                       "weight amortisation (cost ~ 1/B) down to the compute and KV floor, the plan's batch marked.")
+    curve.add_argument("problem", help="problem file, or the name of a bundled problem")
+    curve.add_argument("--workload", help="workload to use (needed when the problem has several)")
+    curve.add_argument("--points", type=positive(int), default=48, help="batch sizes to evaluate (default 48)")
+    curve.add_argument("--plot", metavar="PNG", help="also draw the curve")
+    curve.add_argument("--csv", metavar="CSV", help="also write every batch as CSV")
+    curve.add_argument("--json", metavar="PATH", help="also write the curve as JSON (SI units)")
+    curve.set_defaults(handler="planner.cli.studies:curve_command")
+
+
+def _add_economics(sub: argparse._SubParsersAction) -> None:
+    cache = sub.add_parser("cache", help="prompt-caching economics: break-even retention per KV tier, hit discount",
+                           description="Solve the problem, then for each workload's deployment and each KV tier: the cost of "
+                                       "holding cached tokens, the retention beyond which recomputing is cheaper, reload time, "
+                                       "and the discount of a hit against a miss.")
+    cache.add_argument("problem", help="problem file, or the name of a bundled problem")
+    cache.add_argument("--workload", help="only this workload")
+    cache.add_argument("--time-limit", type=positive(float), default=None, help="CP-SAT time limit, seconds")
+    cache.add_argument("--json", metavar="PATH", help="also write the figures as JSON (SI units)")
+    cache.set_defaults(handler="planner.cli.economics:cache_command")
+    prices = sub.add_parser("prices", help="read a provider's prices backwards: KV bytes per token, memory-boundness, cache tiers",
+                            description="From public prices (input, output, cached input, a long-context step, cache-write "
+                                        "retentions) infer what they imply under the roofline, with the working shown.")
+    prices.add_argument("sheet", help="price sheet YAML (examples/prices/ has two)")
+    prices.add_argument("--model", default="deepseek-v3", help="model whose active parameters and KV format to assume (default deepseek-v3)")
+    prices.add_argument("--active-params", type=positive(float), default=None, help="assume this many active parameters instead")
+    prices.add_argument("--accelerator", default="gb200", help="accelerator whose F, BW and price to assume (default gb200)")
+    prices.add_argument("--precision", default="bf16", choices=["bf16", "fp8", "fp4"], help="matched precision of F and the KV (default bf16)")
+    prices.add_argument("--json", metavar="PATH", help="also write the reading as JSON")
+    prices.set_defaults(handler="planner.cli.economics:prices_command")
+    life = sub.add_parser("lifecycle", help="pre-training, RL and inference over a model's life, and how far past Chinchilla",
+                          description="Compute and cost of pre-training (6ND), RL (2-6ND) and inference (2ND) for a model, a "
+                                      "serving rate and a lifetime; the token counts where they balance, the Chinchilla ratio, "
+                                      "and the pipeline bubble of the training layout.")
+    life.add_argument("--model", default="deepseek-v3", help="catalog model for the active parameters (default deepseek-v3)")
+    life.add_argument("--active-params", type=positive(float), default=None, help="active parameters instead of a catalog model")
+    life.add_argument("--serving-tokens-per-s", type=positive(float), default=5e7, help="tokens served per second (default 5e7, the lecture's frontier scale)")
+    life.add_argument("--lifetime-days", type=positive(float), default=60, help="days the model serves (default 60)")
+    life.add_argument("--pretrain-tokens", type=positive(float), default=None, help="compare with an actual pre-training token count")
+    life.add_argument("--rl-flops-per-token", type=rl_factor, default=4.0, help="RL FLOPs per parameter and token, 2-6 (default 4)")
+    life.add_argument("--problem", help="price inference tokens with this problem's plan (its first workload)")
+    life.add_argument("--inference-usd-per-million", type=positive(float), default=None, help="or give the inference cost per million tokens")
+    life.add_argument("--accelerator", default="gb200", help="training accelerator (default gb200)")
+    life.add_argument("--precision", default="bf16", choices=["bf16", "fp8", "fp4"], help="training matmul format (default bf16)")
+    life.add_argument("--training-accelerators", type=positive(int), default=8192, help="accelerators training (default 8192)")
+    life.add_argument("--pp", type=positive(int), default=8, help="pipeline stages of the training layout (default 8)")
+    life.add_argument("--micro-batches", type=positive(int), default=32, help="micro-batches per training step (default 32)")
+    life.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    life.set_defaults(handler="planner.cli.economics:lifecycle_command")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="planner", description="Plan LLM deployments on clusters and cost each token.")
+    parser.add_argument("--version", action="version", version=f"planner {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_solve(sub)
+    _add_estimate(sub)
+    _add_plan_commands(sub)
+    _add_sweeps(sub)
+    _add_economics(sub)
+    schema = sub.add_parser("schema", help="print the JSON Schema of problem files (or a Markdown reference)")
+    schema.add_argument("--markdown", action="store_true", help="the field reference as Markdown tables (as in the README)")
+    schema.add_argument("-o", "--output", help="write to a file instead of standard output")
+    schema.set_defaults(handler="planner.cli.catalog:schema_command")
+    catalog = sub.add_parser("catalog", help="list accelerators, racks, models and KV-cache tiers with their key numbers")
+    catalog.add_argument("section", nargs="?", choices=["accelerators", "racks", "models", "kv-tiers"], help="only this section")
+    catalog.add_argument("--json", metavar="PATH", help="also write the catalog as JSON")
+    catalog.set_defaults(handler="planner.cli.catalog:catalog_command")
+    return parser

@@ -1,0 +1,81 @@
+"""`planner solve`, `export`, `check` and `view`: make a plan, then launch, verify or draw it."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from planner.cli.common import (
+    EXIT_INFEASIBLE,
+    EXIT_INVALID_PLAN,
+    EXIT_OK,
+    load_plan,
+    resolve_problem_path,
+    resolved_from_plan,
+    write_json,
+    write_text,
+)
+from planner.errors import InputIssue, PlannerInputError
+from planner.problem.spec import (
+    load_problem,
+    resolve_problem,
+)
+
+__all__ = ["check_command", "export_command", "solve_command", "view_command"]
+
+
+def solve_command(args: argparse.Namespace, console: Console) -> int:
+    from planner.output.plan_report import render_solve, solve_record
+    from planner.solver.solve import solve
+
+    path = resolve_problem_path(args.problem)
+    resolved = resolve_problem(load_problem(path), base_dir=path.parent, source=str(path))
+    with console.status("enumerating candidates and solving...") as status:
+        result = solve(resolved, time_limit_s=args.time_limit, seed=args.seed, workers=args.workers,
+                       progress=lambda text: status.update(f"evaluating {text}"))
+    render_solve(result, console)
+    if args.json:
+        write_json(args.json, solve_record(result), console)
+    return EXIT_OK if result.has_plan else EXIT_INFEASIBLE
+
+
+def export_command(args: argparse.Namespace, console: Console) -> int:
+    from planner.output.export import export_plan
+
+    record, path = load_plan(args.plan)
+    if args.output and Path(args.output).resolve() == Path(path).resolve():
+        raise PlannerInputError(InputIssue("-o", f"{args.output} is the plan being exported; writing there would replace it",
+                                           "choose another output path, e.g. placement.json"))
+    text = export_plan(record, args.format)
+    if args.output:
+        write_text(args.output, text, console)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def check_command(args: argparse.Namespace, console: Console) -> int:
+    from planner.output.validate import check_plan
+
+    record, path = load_plan(args.plan)
+    resolved = resolved_from_plan(record, path)
+    violations = check_plan(resolved, record, placement=True)
+    if not violations:
+        n = sum(len(d.get("placement", [])) for d in record["deployments"])
+        console.print(f"[green]valid[/green]: {len(record['deployments'])} deployments on {n} accelerators; HBM, latency limits, "
+                      "demand, racks, placement and expert maps re-derived from the problem and the roofline")
+        return EXIT_OK
+    err = Console(stderr=True, width=140, highlight=False)
+    err.print(f"{path}: {len(violations)} problem(s):", markup=False)
+    for v in violations:
+        err.print(f"  - {v}", markup=False)
+    return EXIT_INVALID_PLAN
+
+
+def view_command(args: argparse.Namespace, console: Console) -> int:
+    from planner.output.plan_view import render_placement
+
+    record, _ = load_plan(args.plan)
+    render_placement(record, console, args.rack)
+    return EXIT_OK
