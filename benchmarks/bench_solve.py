@@ -17,7 +17,8 @@ from ortools.sat.python import cp_model
 
 from planner import links
 from planner.paths import data_dir
-from planner.problem.spec import load_problem, parse_problem, resolve_problem
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem, parse_problem
 from planner.solver.search import solve_data
 from planner.solver.solve import prepare, solve
 

@@ -8,7 +8,7 @@ from common import parse_args
 
 from planner.output.charts import plot_curve
 from planner.paths import data_dir
-from planner.problem.spec import load_problem
+from planner.problem.schema import load_problem
 from planner.quick import evaluate
 from planner.studies.sweeps import batch_curve
 

@@ -15,7 +15,8 @@ from common import parse_args
 from planner.output.cache_report import cache_economics
 from planner.output.plan_report import solve_record
 from planner.paths import data_dir
-from planner.problem.spec import load_problem, parse_problem, resolve_problem
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem, parse_problem
 from planner.solver.solve import solve
 from planner.studies.prices import load_price_sheet, read_prices
 from planner.units import format_duration

@@ -7,7 +7,7 @@ from common import parse_args
 from planner.output.charts import plot_frontier
 from planner.output.sweep_report import frontier_summary
 from planner.paths import data_dir
-from planner.problem.spec import load_problem
+from planner.problem.schema import load_problem
 from planner.studies.sweeps import FAST_MODE_SPEEDUP, sweep_frontier
 
 args = parse_args(__doc__)

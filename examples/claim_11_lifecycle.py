@@ -12,7 +12,8 @@ from planner.hardware.catalog import load_hardware_catalog
 from planner.model.architecture import param_counts
 from planner.model.catalog import load_model_catalog
 from planner.paths import data_dir
-from planner.problem.spec import load_problem, resolve_problem
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem
 from planner.solver.solve import solve
 from planner.studies.lifecycle import TrainingLayout, lifecycle
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from planner.output.charts import plot_compare
 from planner.output.sweep_report import render_compare
 from planner.paths import data_dir
-from planner.problem.spec import load_problem
+from planner.problem.schema import load_problem
 from planner.quick import evaluate
 from planner.studies.sweeps import compare_racks
 

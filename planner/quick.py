@@ -15,7 +15,8 @@ from planner.model.catalog import load_model_catalog
 from planner.modes import OverlapPolicy
 from planner.physics.deployment import Layout, layout_issues
 from planner.physics.estimate import DeploymentInputs, Estimate, estimate
-from planner.problem.spec import PrecisionSpec, resolve_precisions
+from planner.problem.resolve import resolve_precisions
+from planner.problem.schema import PrecisionSpec
 
 __all__ = ["evaluate", "inputs_for"]
 

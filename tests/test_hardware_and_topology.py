@@ -3,7 +3,7 @@
 import pytest
 
 from planner.errors import PlannerInputError
-from planner.hardware.catalog import AcceleratorSpec, RackSpec
+from planner.hardware.specs import AcceleratorSpec, RackSpec
 from planner.hardware.topology import (
     accelerator_nodes,
     build_cluster_graph,

@@ -8,7 +8,7 @@ from expect import expect_feasible, expect_infeasible, expect_objective
 
 from planner.physics.deployment import Layout, Precisions
 from planner.precision import FlopsFormat, Precision
-from planner.problem.spec import Objective
+from planner.problem.schema import Objective
 from planner.solver.candidates import Candidate
 from planner.solver.model_builder import PlanningData, RackPool, rack_items
 from planner.solver.reference import fits_racks

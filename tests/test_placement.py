@@ -23,7 +23,8 @@ from planner.placement.experts import (
     place_experts,
 )
 from planner.placement.packing import PlacementFailed, RackSlots, StageItem, place
-from planner.problem.spec import load_problem, parse_problem, resolve_problem
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem, parse_problem
 from planner.solver.solve import solve
 
 # ---------------------------------------------------------------------------------------------

@@ -7,12 +7,8 @@ import pytest
 
 from planner.errors import PlannerInputError
 from planner.paths import data_dir
-from planner.problem.spec import (
-    load_problem,
-    parse_problem,
-    problem_json_schema,
-    resolve_problem,
-)
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem, parse_problem, problem_json_schema
 
 MINIMAL = {
     "model": "llama-3.1-8b",
@@ -112,7 +108,7 @@ def test_readme_reference_matches_the_schema():
 
 def test_anticipated_mistakes_get_one_line_each_with_a_fix():
     from planner.errors import PlannerInputError
-    from planner.problem.spec import parse_problem
+    from planner.problem.schema import parse_problem
 
     base = {"name": "x", "model": "deepseek-v3", "cluster": {"racks": [{"type": "gb200-nvl72", "count": 1}]}}
     with pytest.raises(PlannerInputError) as exc:  # a misspelt field gets the real name

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 from test_model_builder import cand
 
-from planner.problem.spec import Objective
+from planner.problem.schema import Objective
 from planner.solver.model_builder import PlanningData, RackPool
 from planner.solver.reference import fits_racks
 

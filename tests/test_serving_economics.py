@@ -26,7 +26,8 @@ from planner.physics.kv_cache import (
     hit_discount,
     tiers_for,
 )
-from planner.problem.spec import load_problem, parse_problem, resolve_problem
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem, parse_problem
 from planner.solver.solve import solve
 
 L, D, FFN, VOCAB = 32, 4096, 14336, 128256

@@ -9,7 +9,8 @@ from planner.cli.main import main
 from planner.output.plan_report import solve_record
 from planner.output.validate import check_plan, score_plan
 from planner.paths import data_dir
-from planner.problem.spec import load_problem, parse_problem, resolve_problem
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem, parse_problem
 from planner.solver.solve import solve
 
 FEASIBLE = sorted(p for p in data_dir("problems").glob("*.yaml") if not p.stem.startswith("infeasible"))

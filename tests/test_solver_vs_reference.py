@@ -8,7 +8,8 @@ import pytest
 
 from planner.modes import ServingRole
 from planner.paths import data_dir
-from planner.problem.spec import load_problem, parse_problem, resolve_problem
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem, parse_problem
 from planner.solver.model_builder import replica_bound
 from planner.solver.reference import SearchTooLarge, fits_racks, reference_optimum
 from planner.solver.search import solve_data

@@ -10,7 +10,8 @@ import pytest
 from planner.cli.main import main
 from planner.errors import PlannerInputError
 from planner.paths import data_dir
-from planner.problem.spec import load_problem, resolve_problem
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem
 from planner.solver.search import solve_data
 from planner.solver.solve import prepare
 from planner.studies.sweeps import (

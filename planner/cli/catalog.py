@@ -12,7 +12,7 @@ from planner.hardware.catalog import load_hardware_catalog
 from planner.model.architecture import kv_bytes_per_token, param_counts
 from planner.model.catalog import load_model_catalog
 from planner.physics.kv_cache import load_tier_specs
-from planner.problem.spec import (
+from planner.problem.schema import (
     problem_json_schema,
 )
 

@@ -7,10 +7,8 @@ from rich.console import Console
 
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.paths import data_dir
-from planner.problem.spec import (
-    load_problem,
-    resolve_problem,
-)
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem
 
 __all__ = ["Progress", "load_plan", "problem_arg", "resolve_problem_path", "resolved_from_plan", "write_json", "write_text"]
 
@@ -100,7 +98,7 @@ def load_plan(text: str) -> tuple[dict, Path]:
 
 
 def resolved_from_plan(record: dict, path: Path):
-    from planner.problem.spec import parse_problem
+    from planner.problem.schema import parse_problem
 
     if "problem_spec" not in record:
         raise PlannerInputError(InputIssue(f"{path}: problem_spec", "missing", "re-solve the problem: plans embed their problem"))

@@ -15,10 +15,8 @@ from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.hardware.catalog import load_hardware_catalog
 from planner.model.architecture import param_counts
 from planner.model.catalog import load_model_catalog
-from planner.problem.spec import (
-    load_problem,
-    resolve_problem,
-)
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem
 
 __all__ = ["cache_command", "lifecycle_command", "prices_command"]
 

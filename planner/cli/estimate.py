@@ -23,12 +23,8 @@ from planner.physics.estimate import (
     estimate,
 )
 from planner.physics.kv_cache import cache_use, tiers_for
-from planner.problem.spec import (
-    PrecisionSpec,
-    load_problem,
-    resolve_precisions,
-    resolve_problem,
-)
+from planner.problem.resolve import resolve_precisions, resolve_problem
+from planner.problem.schema import PrecisionSpec, load_problem
 
 __all__ = ["estimate_command", "estimate_inputs"]
 

@@ -17,10 +17,8 @@ from planner.cli.common import (
     write_text,
 )
 from planner.errors import InputIssue, PlannerInputError
-from planner.problem.spec import (
-    load_problem,
-    resolve_problem,
-)
+from planner.problem.resolve import resolve_problem
+from planner.problem.schema import load_problem
 
 __all__ = ["check_command", "export_command", "solve_command", "view_command"]
 

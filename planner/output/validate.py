@@ -18,7 +18,7 @@ from planner.physics.deployment import Layout, Precisions, layout_issues
 from planner.physics.estimate import DeploymentInputs, estimate
 from planner.physics.kv_cache import cache_use
 from planner.precision import FlopsFormat, Precision
-from planner.problem.spec import ResolvedProblem
+from planner.problem.resolve import ResolvedProblem
 
 __all__ = ["PlanScore", "Violation", "check_plan", "score_plan"]
 

@@ -7,7 +7,7 @@ markers; a test keeps the two identical.
 
 import json
 
-from planner.problem.spec import problem_json_schema
+from planner.problem.schema import problem_json_schema
 
 __all__ = ["README_BEGIN", "README_END", "schema_markdown"]
 

@@ -23,7 +23,8 @@ from planner.physics.deployment import Layout, Precisions, layout_issues
 from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
 from planner.physics.kv_cache import CacheUse, tiers_for
 from planner.physics.links import default_replica_links, kv_handoff_s
-from planner.problem.spec import PrecisionSpec, ResolvedWorkload, resolve_precisions
+from planner.problem.resolve import ResolvedWorkload, resolve_precisions
+from planner.problem.schema import PrecisionSpec
 from planner.units import SECONDS_PER_HOUR
 
 __all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_s",

@@ -14,7 +14,7 @@ from ortools.sat.python import cp_model
 
 from planner.modes import ServingRole
 from planner.placement.packing import aligned_free_blocks, stage_kind
-from planner.problem.spec import Objective
+from planner.problem.schema import Objective
 from planner.solver.candidates import Candidate, pair_ttft_s
 
 __all__ = [

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from planner.modes import ServingRole
 from planner.placement.packing import PlacementFailed, RackSlots, StageItem, place
-from planner.problem.spec import Objective
+from planner.problem.schema import Objective
 from planner.solver.model_builder import (
     THROUGHPUT_RESOLUTION,
     TIME_RESOLUTION_S,

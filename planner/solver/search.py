@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from planner.modes import ServingRole
-from planner.problem.spec import Objective
+from planner.problem.schema import Objective
 from planner.solver.model_builder import (
     PlanningData,
     PlanVars,

@@ -19,7 +19,8 @@ from planner.physics.estimate import DeploymentInputs, Estimate, estimate
 from planner.physics.kv_cache import cache_use
 from planner.placement.experts import ExpertPlacement, place_experts
 from planner.placement.fleet import PlacementFailed, place_plan
-from planner.problem.spec import Objective, ResolvedModel, ResolvedProblem
+from planner.problem.resolve import ResolvedModel, ResolvedProblem
+from planner.problem.schema import Objective
 from planner.solver.candidates import (
     Candidate,
     CandidateSettings,

@@ -26,13 +26,8 @@ from planner.physics.deployment import Layout
 from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
 from planner.physics.roofline import critical_batch_size
 from planner.precision import bytes_per_value
-from planner.problem.spec import (
-    Objective,
-    Problem,
-    RackCount,
-    ResolvedProblem,
-    resolve_problem,
-)
+from planner.problem.resolve import ResolvedProblem, resolve_problem
+from planner.problem.schema import Objective, Problem, RackCount
 from planner.solver.candidates import Candidate
 from planner.solver.search import RawSolution, solve_data
 from planner.solver.solve import SolveResult, expert_imbalance_functions, prepare, solve

@@ -1,17 +1,10 @@
-"""The deployment-problem file format (YAML, validated by pydantic) and its resolution against the
-catalogs into plain values the planner uses.
+"""The deployment-problem file format: pydantic models of the YAML a user writes (friendly units named in
+each field, `tpot_limit_ms`), with messages that name the field and the fix, and its JSON Schema."""
 
-Friendly units appear only where a field's name says so (`tpot_limit_ms`); `resolve_problem`
-converts them once into SI values.
-"""
-
-import json
-from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-import numpy as np
 from pydantic import (
     Discriminator,
     Field,
@@ -26,38 +19,17 @@ from planner.errors import (
     PlannerInputError,
     issues_from_validation_error,
     load_yaml_file,
-    unknown_name_issue,
 )
-from planner.hardware.catalog import (
-    Accelerator,
+from planner.hardware.specs import (
     AcceleratorSpec,
-    HardwareCatalog,
     RackSpec,
-    RackType,
-    load_hardware_catalog,
 )
-from planner.model.architecture import ModelArch
-from planner.model.catalog import ModelSpec, arch_from_spec, load_model_catalog
-from planner.modes import OverlapPolicy, ServingRole
-from planner.physics.deployment import Precisions
-from planner.precision import Precision, flops_format
+from planner.model.catalog import ModelSpec
+from planner.modes import OverlapPolicy
+from planner.precision import Precision
 from planner.schema import CatalogId, EdgeModel
-from planner.units import MS, SECONDS_PER_MINUTE
 
-__all__ = [
-    "Objective",
-    "PrecisionSpec",
-    "Problem",
-    "ResolvedModel",
-    "ResolvedProblem",
-    "ResolvedWorkload",
-    "load_problem",
-    "parse_problem",
-    "problem_json_schema",
-    "resolve_precisions",
-    "resolve_problem",
-]
-
+__all__ = ["CatalogModelRef", "ClusterSpec", "ConfigJsonModelRef", "Demand", "ExpertLoadSpec", "InlineModelRef", "ModelRef", "Objective", "PlacementOptions", "PrecisionSpec", "PrefixCacheSpec", "Problem", "RackCount", "SolverOptions", "SyntheticLoad", "WorkloadSpec", "load_problem", "parse_problem", "problem_json_schema"]
 
 class Objective(StrEnum):
     MIN_COST = "min_cost"  # cheapest fleet for the demand (or cheapest cost per token without demand)
@@ -290,244 +262,3 @@ def parse_problem(raw: object, source: str = "problem") -> Problem:
 
 def load_problem(path: Path) -> Problem:
     return parse_problem(load_yaml_file(path), source=str(path))
-
-
-# ---------------------------------------------------------------------------------------------
-# Resolution against the catalogs
-
-
-@dataclass(frozen=True)
-class ResolvedModel:
-    key: str
-    arch: ModelArch
-    precisions: PrecisionSpec
-    expert_loads: "np.ndarray | None" = None  # (moe layers, experts); None: uniform
-    expert_load_label: str = "uniform (no profile given)"
-
-
-@dataclass(frozen=True)
-class PrefixCacheRequest:
-    hit_rate: float
-    prefix_tokens: int
-    retention_s: float
-    tier: str  # a tier id, or "auto"
-
-
-@dataclass(frozen=True)
-class ResolvedWorkload:
-    name: str
-    model_key: str
-    input_tokens: int
-    output_tokens: int
-    output_tokens_per_s: float | None  # demand; None = minimise cost per token
-    ttft_limit_s: float | None
-    tpot_limit_s: float | None
-    serving: str = "aggregated"  # aggregated | disaggregated | auto
-    prefix_cache: "PrefixCacheRequest | None" = None
-
-    @property
-    def roles(self) -> tuple[ServingRole, ...]:
-        """The replica roles the solver may use for this workload."""
-        aggregated, split = (ServingRole.AGGREGATED,), (ServingRole.PREFILL, ServingRole.DECODE)
-        return {"aggregated": aggregated, "disaggregated": split, "auto": aggregated + split}[self.serving]
-
-
-@dataclass(frozen=True)
-class ResolvedProblem:
-    problem: Problem
-    hardware: HardwareCatalog
-    models: dict[str, ResolvedModel]
-    workloads: tuple[ResolvedWorkload, ...]
-    rack_counts: tuple[tuple[RackType, int | None], ...]
-    unavailable: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)  # rack id -> instance -> indices
-    base_dir: str = "."  # the directory relative paths in the problem start from
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    # expert maps of placement.previous_plan: (model id, ranks, slots per rank) -> physical-to-logical rows
-    previous_expert_maps: dict[tuple[str, int, int], list[list[int]]] = field(default_factory=dict)
-
-    def previous_expert_map(self, model_id: str, n_ranks: int, slots_per_rank: int) -> list[list[int]] | None:
-        return self.previous_expert_maps.get((model_id, n_ranks, slots_per_rank))
-
-
-def _expert_loads(arch: ModelArch, spec: "ExpertLoadSpec | None", base_dir: Path, field_name: str) -> tuple:
-    from planner.model.expert_loads import load_profile, synthetic_profile
-
-    if spec is None:
-        return None, "uniform (no profile given)"
-    if not arch.is_moe:
-        raise PlannerInputError(InputIssue(f"{field_name}.expert_load", f"{arch.id} has no experts", "remove expert_load"))
-    if spec.synthetic is not None:
-        g = spec.synthetic
-        label = f"synthetic {g.distribution}" + (f" sigma {g.sigma:g}" if g.distribution == "lognormal" else "") + f", seed {g.seed}"
-        return synthetic_profile(arch, g.sigma, g.seed, g.distribution), label
-    path = Path(spec.file)
-    path = path if path.is_absolute() else base_dir / path
-    try:
-        return load_profile(path, arch), f"file {spec.file}"
-    except FileNotFoundError:
-        raise PlannerInputError(InputIssue(f"{field_name}.expert_load.file", f"{path} not found", "check the path (relative to the problem file)")) from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise PlannerInputError(InputIssue(f"{field_name}.expert_load.file", str(exc),
-                                           'write {"layers": [[load per expert, ...], ...]} with one row per MoE layer')) from None
-
-
-def _resolve_model(key: str, ref, base_dir: Path, problem: "Problem", field_name: str) -> ResolvedModel:
-    from planner.model.hf_config import load_hf_config
-
-    catalog = load_model_catalog()
-    default_prec = problem.precisions
-    precisions = default_prec
-    if isinstance(ref, str):
-        ref = CatalogModelRef(catalog=ref)
-    if ref.precisions is not None:
-        merged = default_prec.model_dump() | {k: v for k, v in ref.precisions.model_dump().items() if v is not None}
-        precisions = PrecisionSpec(**merged)
-    if isinstance(ref, CatalogModelRef):
-        if ref.catalog not in catalog:
-            raise PlannerInputError(unknown_name_issue(field_name, "model", ref.catalog, catalog))
-        arch = catalog[ref.catalog]
-    elif isinstance(ref, ConfigJsonModelRef):
-        path = Path(ref.config_json)
-        path = path if path.is_absolute() else base_dir / path
-        arch = arch_from_spec(load_hf_config(path, ref.id))
-    else:
-        arch = arch_from_spec(ref.inline)
-    spec = ref.expert_load or (problem.placement.expert_load if arch.is_moe else None)
-    loads, label = _expert_loads(arch, spec, base_dir, field_name)
-    return ResolvedModel(key, arch, precisions, loads, label)
-
-
-def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = "problem") -> ResolvedProblem:
-    """Check every name against the catalogs and convert to SI values; all issues are reported together."""
-    issues: list[InputIssue] = []
-    cluster = problem.cluster
-    try:
-        hardware = load_hardware_catalog().with_overrides(
-            accelerators=cluster.custom_accelerators,
-            racks=cluster.custom_racks,
-            price_usd_per_hour=cluster.price_overrides_usd_per_hour,
-            achievable=cluster.achievable_overrides,
-        )
-    except PlannerInputError as exc:
-        raise PlannerInputError(exc.issues, source) from None
-    rack_counts = []
-    for i, rc in enumerate(cluster.racks):
-        if rc.type not in hardware.racks:
-            issues.append(unknown_name_issue(f"cluster.racks[{i}].type", "rack", rc.type, hardware.racks))
-        else:
-            rack_counts.append((hardware.racks[rc.type], rc.count))
-    unavailable = _unavailable(cluster.unavailable_accelerators, rack_counts, issues)
-    refs = {"model": problem.model} if problem.model is not None else dict(problem.models)
-    models: dict[str, ResolvedModel] = {}
-    for key, ref in refs.items():
-        field_name = "model" if problem.model is not None else f"models.{key}"
-        try:
-            models[key] = _resolve_model(key, ref, base_dir, problem, field_name)
-        except PlannerInputError as exc:
-            issues.extend(exc.issues)
-    workloads = []
-    for i, w in enumerate(problem.workloads):
-        key = w.model or (next(iter(refs)) if len(refs) == 1 else None)
-        if key is None or key not in refs:
-            issues.append(unknown_name_issue(f"workloads[{i}].model", "model key", str(w.model), refs) if w.model
-                          else InputIssue(f"workloads[{i}].model", "several models are defined", f"name one of: {', '.join(refs)}"))
-            continue
-        demand = None
-        if w.demand is not None:
-            demand = w.demand.output_tokens_per_s or w.demand.requests_per_s * w.output_tokens
-        workloads.append(ResolvedWorkload(
-            w.name, key, w.input_tokens, w.output_tokens, demand,
-            None if w.ttft_limit_ms is None else w.ttft_limit_ms * MS,
-            None if w.tpot_limit_ms is None else w.tpot_limit_ms * MS,
-            w.serving,
-            None if w.prefix_cache is None else PrefixCacheRequest(w.prefix_cache.hit_rate, w.prefix_cache.prefix_tokens or w.input_tokens,
-                                                                    w.prefix_cache.retention_minutes * SECONDS_PER_MINUTE,
-                                                                    w.prefix_cache.tier),
-        ))
-        arch = models.get(key)
-        if arch is not None and w.input_tokens + w.output_tokens > arch.arch.max_context_tokens:
-            issues.append(InputIssue(f"workloads[{i}]", f"{w.input_tokens} + {w.output_tokens} tokens exceed {arch.arch.id}'s "
-                                     f"{arch.arch.max_context_tokens}-token context", "shorten the request or pick a longer-context model"))
-    previous = _previous_expert_maps(problem.placement.previous_plan, base_dir, models, issues)
-    if issues:
-        raise PlannerInputError(issues, source)
-    return ResolvedProblem(problem, hardware, models, tuple(workloads), tuple(rack_counts), unavailable, str(Path(base_dir).resolve()),
-                           previous_expert_maps=previous)
-
-
-def _previous_expert_maps(path_text: str | None, base_dir: Path, models: dict[str, ResolvedModel],
-                          issues: list[InputIssue]) -> dict[tuple[str, int, int], list[list[int]]]:
-    """Expert maps of a saved plan, keyed by (model id, ranks, slots per rank)."""
-    if path_text is None:
-        return {}
-    field_name = "placement.previous_plan"
-    path = Path(path_text)
-    path = path if path.is_absolute() else base_dir / path
-    try:
-        record = json.loads(path.read_text())
-        maps = {}
-        for d in record["deployments"]:
-            emap = d.get("expert_map")
-            if emap:
-                maps[(d["model"], int(emap["n_ranks"]), int(emap["slots_per_rank"]))] = [[int(e) for e in row] for row in emap["physical_to_logical_map"]]
-    except FileNotFoundError:
-        issues.append(InputIssue(field_name, f"{path} not found", "check the path (relative to the problem file)"))
-        return {}
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        issues.append(InputIssue(field_name, f"{path} is not a plan written by `planner solve --json` ({exc})",
-                                 "point it at the JSON of the plan in service"))
-        return {}
-    ids = {m.arch.id: m.arch for m in models.values()}
-    for (model_id, ranks, slots), rows in maps.items():
-        arch = ids.get(model_id)
-        if arch is not None and (len(rows) != arch.n_layers or any(len(row) != ranks * slots for row in rows)):
-            issues.append(InputIssue(field_name, f"the expert map of {model_id} has {len(rows)} rows of {len(rows[0]) if rows else 0} "
-                                                 f"slots, {arch.n_layers} rows of {ranks * slots} expected", "use a plan of the same model"))
-    return maps
-
-
-def _unavailable(names: list[str], counts: list[tuple[RackType, int | None]], issues: list[InputIssue]) -> dict[str, dict[int, tuple[int, ...]]]:
-    """Parse accelerator names `<rack-id>#<instance>/<index>` against the fleet."""
-    racks = {rack.id: (rack, count) for rack, count in counts}
-    out: dict[str, dict[int, set[int]]] = {}
-    for i, name in enumerate(names):
-        field_name = f"cluster.unavailable_accelerators[{i}]"
-        rack_id, _, rest = name.partition("#")
-        instance, _, index = rest.partition("/")
-        if rack_id not in racks:
-            issues.append(unknown_name_issue(field_name, "rack in the fleet", rack_id, racks))
-            continue
-        rack, count = racks[rack_id]
-        if not (instance.isdigit() and index.isdigit()):
-            issues.append(InputIssue(field_name, f"'{name}' is not an accelerator name", f"write <rack>#<instance>/<index>, e.g. {rack_id}#0/3"))
-            continue
-        if count is None or int(instance) >= count or int(index) >= rack.n_accelerators:
-            issues.append(InputIssue(field_name, f"'{name}' is outside the fleet ({count or 'no'} x {rack_id}, "
-                                                 f"{rack.n_accelerators} accelerators each)",
-                                     f"use instances 0..{(count or 1) - 1} and indices 0..{rack.n_accelerators - 1}"))
-            continue
-        out.setdefault(rack_id, {}).setdefault(int(instance), set()).add(int(index))
-    return {r: {k: tuple(sorted(v)) for k, v in sorted(inst.items())} for r, inst in out.items()}
-
-
-def resolve_precisions(spec: PrecisionSpec, arch: ModelArch, accel: Accelerator, field_name: str = "precisions") -> tuple[Precisions, tuple[str, ...]]:
-    """Fill the defaults of `spec` for this model and accelerator. Returns the formats and notes
-    for the plan's assumptions (for instance a compute format the accelerator lacks)."""
-    weights = spec.weights or arch.native_weights_precision
-    expert_weights = spec.expert_weights or (arch.native_expert_weights_precision if spec.weights is None else None)
-    wanted = flops_format(spec.compute or weights)
-    compute = accel.supported_flops_format(wanted)
-    if compute is None:
-        raise PlannerInputError(InputIssue(f"{field_name}.compute", f"{accel.id} has no {wanted} or wider tensor-core rate in the catalog",
-                                           f"use one of: {', '.join(accel.dense_flops_per_s)}"))
-    notes = []
-    if compute != wanted:
-        notes.append(f"{accel.id} has no {wanted} tensor cores: matmuls run at its {compute} rate")
-    precisions = Precisions(
-        weights=weights,
-        kv_cache=spec.kv_cache or Precision.BF16,
-        activations=spec.activations or Precision.BF16,
-        compute=compute,
-        expert_weights=expert_weights,
-    )
-    return precisions, tuple(notes)
