@@ -5,6 +5,7 @@ Rack packing is checked by placing the pipeline stages into racks with first-fit
 with the model's volume inequalities, so the search also tests that encoding.
 """
 
+import itertools
 from collections.abc import Iterator
 
 from planner.modes import ServingRole
@@ -57,7 +58,15 @@ def _racks(pool: RackPool) -> list[RackSlots]:
     return racks
 
 
-def _workload_vectors(data: PlanningData, workload: str) -> Iterator[dict[int, int]]:
+def _pool_vectors(data: PlanningData, workload: str, role: ServingRole, limit: int) -> list[dict[int, int]]:
+    """The minimal vectors of one pool, refusing (SearchTooLarge) to list more than `limit`."""
+    vectors = list(itertools.islice(_minimal_vectors(data, workload, data.candidates_of(workload, role)), limit + 1))
+    if len(vectors) > limit:
+        raise SearchTooLarge(f"{workload} {role} pool")
+    return vectors
+
+
+def _workload_vectors(data: PlanningData, workload: str, limit: int) -> Iterator[dict[int, int]]:
     """Every minimal plan for one workload: aggregated replicas alone, or a prefill pool and a
     decode pool (each minimal) with no prefill-decode pair over the TTFT limit."""
     forced = data.forced_split.get(workload)
@@ -65,8 +74,8 @@ def _workload_vectors(data: PlanningData, workload: str) -> Iterator[dict[int, i
         yield from _minimal_vectors(data, workload, data.candidates_of(workload, ServingRole.AGGREGATED))
     if forced is False:
         return
-    prefill = list(_minimal_vectors(data, workload, data.candidates_of(workload, ServingRole.PREFILL)))
-    decode = list(_minimal_vectors(data, workload, data.candidates_of(workload, ServingRole.DECODE)))
+    prefill = _pool_vectors(data, workload, ServingRole.PREFILL, limit)
+    decode = _pool_vectors(data, workload, ServingRole.DECODE, limit)
     bad = set(data.split_pairs_over_ttft(workload))
     for p in prefill:
         for q in decode:
@@ -136,7 +145,7 @@ def reference_optimum(data: PlanningData, max_combinations: int = MAX_COMBINATIO
     per_workload = []
     for w in data.workloads:
         vectors = []
-        for vector in _workload_vectors(data, w):
+        for vector in _workload_vectors(data, w, max_combinations):
             vectors.append((_objective(data, vector), vector))
             if len(vectors) > max_combinations:
                 raise SearchTooLarge(w)
