@@ -1,7 +1,7 @@
 """Expert placement benchmark: prints figures, asserts nothing (machines are noisy).
 
 For DeepSeek-V3 (256 routed experts, 58 MoE layers) and Kimi K2 (384 experts, 60 MoE layers), on
-skewed synthetic loads (lognormal sigma 0.9, the profile of ../shared/cpsat.md section 6) and
+skewed synthetic loads (lognormal sigma 0.9, the skew of docs/cpsat.md) and
 several expert-parallel widths with one redundant slot per rank, compares:
 
 - eplb:   the EPLB-style baseline (hot experts replicated, then longest-processing-time packing);
@@ -16,7 +16,7 @@ Part 2, re-placement in service: DeepSeek-V3 at EP64 placed for one profile, the
 (each expert's load times lognormal(0, 0.3)); for move budgets per layer, the imbalance reached on
 the new loads and the expert copies that must be loaded.
 
-    python benchmarks/bench_experts.py [--repeats 3] [--cpsat-layers 4] [--cpsat-seconds 2]
+    python benchmarks/bench_experts.py [--repeats 3] [--cpsat-layers 4] [--cpsat-seconds 2] [--quick]
 """
 
 import argparse
@@ -54,12 +54,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cpsat-layers", type=int, default=4)
     parser.add_argument("--cpsat-seconds", type=float, default=2.0, help="CP-SAT time per layer")
+    parser.add_argument("--quick", action="store_true", help="smoke run: one case, one repeat, one CP-SAT layer")
     args = parser.parse_args()
+    cases = CASES[:1] if args.quick else CASES
+    if args.quick:
+        args.repeats, args.cpsat_layers, args.cpsat_seconds = 1, 1, 0.2
     catalog = load_model_catalog()
     head = f"{'model':12} {'EP':>4} {'layers':>6} {'method':6} {'imbalance':>10} {'worst gap':>10} {'time':>9}"
     print(head)
     print("-" * len(head))
-    for model_id, ep in CASES:
+    for model_id, ep in cases:
         arch = catalog[model_id]
         loads = synthetic_profile(arch, sigma=0.9, seed=0)
         rows = [
@@ -80,10 +84,10 @@ def main() -> None:
             print(f"{model_id:12} {ep:>4} {a.n_moe_layers:>6} {method:6} {placement.imbalance:>10.4f} "
                   f"{placement.worst_gap_to_bound:>10.2%} {seconds:>8.3f}s{proven}")
         print()
-    _drift(catalog["deepseek-v3"], args.repeats)
+    _drift(catalog["deepseek-v3"], args.repeats, budgets=(8,) if args.quick else (2, 8, 32, None))
 
 
-def _drift(arch, repeats: int, ep: int = 64) -> None:
+def _drift(arch, repeats: int, ep: int = 64, budgets: tuple = (2, 8, 32, None)) -> None:
     loads = synthetic_profile(arch, sigma=0.9, seed=0)
     previous = place_experts(arch, loads, ep, 1).physical_to_logical(arch)
     drifted = loads * np.random.default_rng(7).lognormal(0, 0.3, size=loads.shape)
@@ -92,7 +96,7 @@ def _drift(arch, repeats: int, ep: int = 64) -> None:
     print(f"{'budget/layer':>12} {'imbalance':>10} {'moves':>7} {'time':>9}")
     stay = place_experts(arch, drifted, ep, 1, previous=previous, max_moves_per_layer=0)
     print(f"{'(unchanged)':>12} {stay.imbalance:>10.4f} {stay.moves:>7}")
-    for budget in (2, 8, 32, None):
+    for budget in budgets:
         placement, seconds = _timed(lambda b=budget: place_experts(arch, drifted, ep, 1, previous=previous, max_moves_per_layer=b), repeats)
         label = "free" if budget is None else str(budget)
         print(f"{label:>12} {placement.imbalance:>10.4f} {placement.moves:>7} {seconds:>8.3f}s")

@@ -6,7 +6,7 @@ Part 2: a generated fleet of 230 racks of four generations serving 12 workloads 
 most of it (the rack budgets bind); problem size, the time CP-SAT takes to reach a 1% gap, and the
 status and gap at the 30 s limit.
 
-    python benchmarks/bench_solve.py [--repeats 5] [--workers 2]
+    python benchmarks/bench_solve.py [--repeats 5] [--workers 2] [--quick]
 """
 
 import argparse
@@ -15,7 +15,7 @@ import time
 
 from ortools.sat.python import cp_model
 
-from planner import links
+from planner.physics import links
 from planner.paths import data_dir
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import load_problem, parse_problem
@@ -46,10 +46,10 @@ def _clear_caches() -> None:
     links._CLUSTERS.clear()
 
 
-def bench_bundled(repeats: int, workers: int) -> None:
+def bench_bundled(repeats: int, workers: int, limit: int | None = None) -> None:
     print(f"{'problem':40s} {'status':10s} {'gap':>6s} {'cands':>6s} {'CP-SAT s (median)':>18s} {'total s (median)':>17s}")
     medians = []
-    for path in sorted(data_dir("problems").glob("*.yaml")):
+    for path in sorted(data_dir("problems").glob("*.yaml"))[:limit]:
         walls, totals, result = [], [], None
         for _ in range(repeats):
             _clear_caches()
@@ -110,8 +110,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--time-limit", type=float, default=30.0, help="CP-SAT limit for the generated fleet")
+    parser.add_argument("--quick", action="store_true", help="smoke run: three bundled problems once, the fleet at a 2 s limit")
     args = parser.parse_args()
-    bench_bundled(args.repeats, args.workers)
+    if args.quick:
+        args.repeats, args.time_limit = 1, 2.0
+    bench_bundled(args.repeats, args.workers, 3 if args.quick else None)
     print()
     bench_big(args.workers, args.time_limit)
 

@@ -9,7 +9,7 @@ __all__ = ["ExportFormat", "OverlapPolicy", "ServingRole"]
 class OverlapPolicy(StrEnum):
     """How communication combines with the compute/memory roofline (a stated plan assumption)."""
 
-    SERIAL = "serial"  # max(compute, weights + kv) + comm  (physics.md default)
+    SERIAL = "serial"  # max(compute, weights + kv) + comm  (docs/physics.md default)
     OVERLAPPED = "overlapped"  # max(compute, weights + kv, comm): comm fully hidden behind the rest
 
 

@@ -82,3 +82,27 @@ def test_unit_constants_have_one_home():
     bare = [f"{m.relative_to(PACKAGE)}:{i}: {line.strip()}" for m in _modules() if m != UNIT_HOME
             for i, line in _code_lines(m) if BARE_UNIT_LITERAL.search(line)]
     assert bare == [], "write these with the constants of planner/units.py:\n" + "\n".join(bare)
+
+
+REPO = PACKAGE.parent
+LINK = re.compile(r"\]\(([^)#\s]+)[^)]*\)|`(\.\./[^`\s]+)`")
+
+
+def test_nothing_points_outside_the_repository():
+    """A clone has only this repository: no file refers to the team's shared folder, and every
+    relative link in the Markdown resolves to a file inside the repository."""
+    texts = [p for d in ("planner", "tests", "examples", "benchmarks", "docs", "topologies", "models", "problems")
+             for p in (REPO / d).rglob("*") if p.suffix in {".py", ".md", ".yaml", ".csv"}] + [REPO / "README.md"]
+    team_folder = "../" + "shared"  # written in two parts so that this test does not find itself
+    outside = [str(p.relative_to(REPO)) for p in texts if team_folder in p.read_text()]
+    assert outside == []
+    broken = []
+    for md in [p for p in texts if p.suffix == ".md"]:
+        for match in LINK.finditer(md.read_text()):
+            target = match.group(1) or match.group(2)
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            resolved = (md.parent / target).resolve()
+            if not resolved.is_relative_to(REPO) or not resolved.exists():
+                broken.append(f"{md.relative_to(REPO)}: {target}")
+    assert broken == []

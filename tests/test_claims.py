@@ -1,4 +1,4 @@
-"""The lecture's claims (../shared/physics.md), reproduced by the planner's own formulas.
+"""The lecture's claims (docs/physics.md), reproduced by the planner's own formulas.
 
 Each expected value is worked out here from cited figures: accelerator datasheets (H100 989.5
 TFLOP/s BF16, 3.35 TB/s, 80 GB; B200/GB200 8 TB/s, 186 GB, 5 PFLOP/s FP8; GB300 288 GB, 100 GB/s
@@ -221,7 +221,7 @@ def test_claim_8_output_tokens_cost_about_five_times_input_tokens(run_estimate):
 def test_claim_10_fast_mode_buys_speed_at_a_steep_price(run_estimate):
     """Llama 3.1 70B, TP8 on one HGX H100, 8K prompts: speed bought by shrinking the batch.
 
-    By hand: cost per token is price x G x TPOT / B (physics.md), so going from batch B1 to B2 at
+    By hand: cost per token is price x G x TPOT / B (docs/physics.md), so going from batch B1 to B2 at
     speed-up s = TPOT(B1) / TPOT(B2) multiplies the price per token by r / s, r = B1 / B2.
     Memory-bound with compute hidden, TPOT(B) = t_0 + B t_kv (weights and collectives fixed, KV per
     sequence); with a = B1 t_kv / t_0 the batch share of the baseline step, s = (1 + a) / (1 + a / r),

@@ -11,7 +11,7 @@ EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("claim_*.py")
 
 def test_there_is_an_example_per_claim():
     numbers = {int(p.stem.split("_")[1]) for p in EXAMPLES}
-    assert numbers == set(range(1, 13))  # every numbered claim of physics.md
+    assert numbers == set(range(1, 13))  # every numbered claim of docs/physics.md
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])

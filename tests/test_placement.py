@@ -153,7 +153,7 @@ def test_expert_placement_beats_the_eplb_baseline_on_skewed_loads(models, model,
     _assert_valid(ours, loads, arch.moe.n_routed_experts)
     _assert_valid(baseline, loads, arch.moe.n_routed_experts)
     assert all(a.max_load <= b.max_load + 1e-12 for a, b in zip(ours.layers, baseline.layers, strict=True))
-    assert ours.worst_gap_to_bound < 0.01  # cpsat.md section 6: greedy + swap within 0.4% of the bound
+    assert ours.worst_gap_to_bound < 0.01  # docs/cpsat.md section 6: greedy + swap within 0.4% of the bound
 
 
 # ---------------------------------------------------------------------------------------------

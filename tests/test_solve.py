@@ -79,9 +79,15 @@ def _big_problem(n_workloads: int = 10) -> dict:
 
 
 def test_a_time_limit_returns_the_best_plan_with_its_gap():
+    """A limit far below what the problem needs: whatever the machine's speed, the result is either
+    the best plan found with a consistent bound and gap, or no plan with status UNKNOWN (the limit
+    ran out before any plan), never a plan without its gap nor an INFEASIBLE claim."""
     resolved, result = _solve(_big_problem(), time_limit_s=0.05, explain=False)
-    assert result.status in ("OPTIMAL", "FEASIBLE")
     s = result.stats
+    assert result.status in ("OPTIMAL", "FEASIBLE", "UNKNOWN")
+    if result.status == "UNKNOWN":
+        assert not result.has_plan and result.deployments == [] and s.objective is None
+        return
     assert s.objective is not None and s.best_bound is not None and s.gap is not None
     assert s.best_bound <= s.objective + 1e-9 and s.gap >= 0.0
     assert check_plan(resolved, solve_record(result)) == []

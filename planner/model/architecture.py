@@ -205,7 +205,7 @@ class ParamCounts:
 
     @property
     def sparsity_ratio(self) -> float:
-        """N_total / N_active (physics.md claim 2)."""
+        """N_total / N_active (docs/physics.md claim 2)."""
         return self.total / self.active_matmul
 
 
@@ -249,7 +249,7 @@ def _windows(layer_window_tokens: tuple[int | None, ...]) -> np.ndarray:
 
 def kv_bytes_per_token(arch: ModelArch, kv_bytes_per_value: float) -> float:
     """KV bytes per token of context once the context is longer than every window: only
-    full-attention layers keep growing (physics.md `kv`)."""
+    full-attention layers keep growing (docs/physics.md `kv`)."""
     full_layers = sum(1 for w in arch.layer_window_tokens if w is None)
     return full_layers * kv_bytes_per_token_per_layer(arch, kv_bytes_per_value)
 

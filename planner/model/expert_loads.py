@@ -13,7 +13,7 @@ __all__ = ["load_profile", "synthetic_profile"]
 
 def synthetic_profile(arch: ModelArch, sigma: float = 0.9, seed: int = 0, distribution: str = "lognormal") -> np.ndarray:
     """Per-layer expert loads, shape (n_moe_layers, E): lognormal(0, sigma) per expert, or uniform.
-    sigma 0.9 is the skew cpsat.md section 6 measured with: of 256 experts the hottest carries about
+    sigma 0.9 is the skew docs/cpsat.md section 6 measured with: of 256 experts the hottest carries about
     8x the mean expert load, 3x the mean load of an EP64 rank (4 experts)."""
     rng = np.random.default_rng(seed)
     shape = (arch.n_moe_layers, arch.moe.n_routed_experts)

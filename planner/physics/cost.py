@@ -11,5 +11,5 @@ def usd_per_s(price_usd_per_hour: float, n_accelerators: int) -> float:
 
 
 def usd_per_million_tokens(cost_usd_per_s: float, tokens_per_s: float) -> float:
-    """physics.md: cost per token = price_per_s * G * t_step / B, here per million tokens."""
+    """docs/physics.md: cost per token = price_per_s * G * t_step / B, here per million tokens."""
     return cost_usd_per_s / tokens_per_s * TOKENS_PER_MILLION

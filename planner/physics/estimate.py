@@ -216,7 +216,7 @@ def _comm_s(inp: DeploymentInputs, st: _Stages, eff: EffectiveLinks, tokens_per_
 
     The MoE exchange is needed whenever a MoE layer mixes tokens of several attention ranks or
     spreads experts over ranks (ep > 1 or dp_attn > 1). Each token goes to its k experts' ranks
-    (physics.md: B * k * d * b_a per layer), or with ep = 1 once to every rank, and reaches all
+    (docs/physics.md: B * k * d * b_a per layer), or with ep = 1 once to every rank, and reaches all
     `expert_tp` accelerators of each; (n-1)/n of the copies leave their sender. It replaces the MoE
     layer's MLP all-reduce."""
     lay, arch, act = inp.layout, inp.arch, inp.precisions.activation_bytes

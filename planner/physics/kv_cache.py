@@ -1,5 +1,5 @@
 """Prompt caching: where a cached prefix's KV cache waits for its next request, what holding it
-costs, and when holding it beats recomputing it (physics.md claim 9).
+costs, and when holding it beats recomputing it (docs/physics.md claim 9).
 
 Tiers (topologies/kv_tiers.yaml): the serving accelerators' spare HBM, host DRAM, local flash,
 remote storage. Each has a capacity and a read bandwidth per accelerator and a cost per byte-second.

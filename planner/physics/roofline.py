@@ -1,4 +1,4 @@
-"""Roofline terms of physics.md as small pure functions (numbers or numpy arrays in, seconds out).
+"""Roofline terms of docs/physics.md as small pure functions (numbers or numpy arrays in, seconds out).
 
 The combination rule lives in one place, `StepTime.total_s`. Closed forms of the lecture's claims
 (critical batch, HBM drain time, KV/compute crossover) are here too, next to the terms they
@@ -65,7 +65,7 @@ class StepTime(NamedTuple):
 
 
 def step_total_s(compute_s, weights_s, kv_s, comm_s, overlap: OverlapPolicy = OverlapPolicy.SERIAL):
-    """physics.md: t_step = max(t_compute, t_weights + t_kv) + t_comm, or max of all three when
+    """docs/physics.md: t_step = max(t_compute, t_weights + t_kv) + t_comm, or max of all three when
     communication is overlapped. Works on floats and numpy arrays alike."""
     memory_s = weights_s + kv_s
     if overlap is OverlapPolicy.OVERLAPPED:
@@ -90,7 +90,7 @@ def memory_time_s(n_bytes: float | np.ndarray, bandwidth_bytes_per_s: float) -> 
 
 def expert_touch_fraction(tokens: float, experts_per_token: int, n_experts: int) -> float:
     """Expected fraction of a layer's E experts hit by `tokens` tokens choosing k each:
-    1 - (1 - k/E)^tokens (physics.md; routing assumed uniform and independent)."""
+    1 - (1 - k/E)^tokens (docs/physics.md; routing assumed uniform and independent)."""
     if n_experts <= 0:
         return 0.0
     return 1.0 - (1.0 - experts_per_token / n_experts) ** tokens

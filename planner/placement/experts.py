@@ -7,7 +7,7 @@ Step 1 gives each redundant slot to the expert with the highest load per copy (E
 Step 2 packs the copies onto ranks largest first, each into the least-loaded rank with a free slot
        that does not already hold that expert (longest-processing-time with a slot cap).
 Step 3 swaps copies between the hottest rank and the others while that lowers the maximum
-       (cpsat.md section 6.4: within ~0.4% of the bound in tens of milliseconds).
+       (docs/cpsat.md section 6.4: within ~0.4% of the bound in tens of milliseconds).
 Step 4 (method "cpsat") hands the result to CP-SAT as a complete hint, with symmetry breaking, to
        improve it or prove it within a time limit.
 
@@ -144,7 +144,7 @@ def _pack(loads: np.ndarray, copies: np.ndarray, n_ranks: int, slots_per_rank: i
 def _swap(per_copy: np.ndarray, ranks: list[list[int]], time_limit_s: float, previous: list[list[int]] | None = None,
           budget: int | None = None) -> list[list[int]]:
     """Step 3: swap one copy of the hottest rank with a lighter copy elsewhere while that lowers the
-    hottest rank without creating a new maximum (cpsat.md section 6.4), all candidate swaps of an
+    hottest rank without creating a new maximum (docs/cpsat.md section 6.4), all candidate swaps of an
     iteration scored at once. With `previous` and `budget`, only swaps that keep the moves (copies on
     a rank that did not hold them before) within the budget."""
     slot = np.array(ranks)  # (ranks, slots): every rank is full
@@ -281,7 +281,7 @@ def _within_budget(loads: np.ndarray, previous: list[list[int]], budget: int, ti
 
 def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slots_per_rank: int, time_limit_s: float,
            workers: int, previous: list[list[int]] | None = None, budget: int | None = None) -> tuple[list[list[int]], bool]:
-    """Step 4: CP-SAT min-max with the heuristic as a complete hint (cpsat.md section 6.2). Returns
+    """Step 4: CP-SAT min-max with the heuristic as a complete hint (docs/cpsat.md section 6.2). Returns
     the better of the two placements and whether CP-SAT proved it optimal (at the load resolution).
     With `previous` ranks are no longer interchangeable (no symmetry breaking); with `budget` too, at
     most that many copies may land on a rank that did not hold them."""

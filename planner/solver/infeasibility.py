@@ -4,7 +4,7 @@ Step 1 checks each workload alone from the enumeration: no layout fits HBM, none
 TTFT. Step 2, for conflicts that couple workloads and the fleet (demand, rack budgets, cost cap),
 asks CP-SAT: every family has an enforcement literal, the solve runs with those literals as
 assumptions on one worker, and the core is validated and shrunk to an irreducible set by deletion
-(cpsat.md section 4). Step 3 quantifies relaxations by small feasibility searches.
+(docs/cpsat.md section 4). Step 3 quantifies relaxations by small feasibility searches.
 """
 
 import math

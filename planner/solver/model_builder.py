@@ -97,7 +97,7 @@ def _scaled(value: float, resolution: float, round_up: bool) -> int:
 
 
 def _check_linear(coefficients: Iterable[int], upper_bounds: Iterable[int], name: str) -> None:
-    """Refuse a constraint whose worst-case activity could overflow int64 (cpsat.md section 2)."""
+    """Refuse a constraint whose worst-case activity could overflow int64 (docs/cpsat.md section 2)."""
     worst = sum(abs(c) * u for c, u in zip(coefficients, upper_bounds))
     if worst >= INT64_SAFE:
         raise OverflowError(f"{name}: activity bound {worst:.3e} >= 2^62; coarsen the units")

@@ -28,7 +28,7 @@ SINGLE_WORKER_MIN_S = 1.0
 DETERMINISTIC_SHARE = 0.8  # deterministic-time budget per second of wall-clock budget (dtime runs ~1.2x wall here)
 INTERLEAVE_BATCH_SIZE = 12
 SINGLE_WORKER_LINEARIZATION = 2
-TIE_BREAK_TIME_LIMIT_S = 5.0  # fixed, so that multi-worker runs do not depend on the worker count (cpsat.md section 7)
+TIE_BREAK_TIME_LIMIT_S = 5.0  # fixed, so that multi-worker runs do not depend on the worker count (docs/cpsat.md section 7)
 STATUS_NAMES = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
                 cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
 
@@ -74,7 +74,7 @@ def _fix_families(model: cp_model.CpModel, v: PlanVars) -> None:
 
 
 def _hint(model: cp_model.CpModel, v: PlanVars, solver: cp_model.CpSolver) -> None:
-    """Hint every decision variable (an incomplete hint is ignored, cpsat.md section 5)."""
+    """Hint every decision variable (an incomplete hint is ignored, docs/cpsat.md section 5)."""
     model.clear_hints()
     modes = [m for m in v.split.values() if not isinstance(m, int)]
     for var in [*v.replicas, *v.used, *v.workload_tpot.values(), *modes]:

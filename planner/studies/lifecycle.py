@@ -1,5 +1,5 @@
 """`planner lifecycle`: pre-training, RL and inference over a model's life, and where they balance
-(physics.md claim 11).
+(docs/physics.md claim 11).
 
 Compute per token: pre-training 6 N (forward and backward), RL k N with k between 2 (rollouts
 only) and 6 (a backward pass on every rollout), inference 2 N (forward), with N the active

@@ -2,7 +2,7 @@
 
 - `compare_racks`: the problem re-planned on each rack type alone (as many racks as the plan needs,
   or a fixed count), one row per workload and rack.
-- `sweep_frontier`: an epsilon-constraint sweep over the TPOT limit of one workload (cpsat.md
+- `sweep_frontier`: an epsilon-constraint sweep over the TPOT limit of one workload (docs/cpsat.md
   section 5). Points go from the tightest limit to the loosest; each point's CP-SAT search starts
   from the previous point's plan, which stays feasible because loosening the limit only raises every
   layout's largest batch. The frontier is the points no other point beats on both cost and speed.
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 Progress = Callable[[int, int, str], None]  # (done, total, what)
-FAST_MODE_SPEEDUP = 2.5  # physics.md claim 10: "~2.5x speed for ~6x price"
+FAST_MODE_SPEEDUP = 2.5  # docs/physics.md claim 10: "~2.5x speed for ~6x price"
 
 
 # ---------------------------------------------------------------------------------------------
