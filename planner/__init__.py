@@ -1,4 +1,34 @@
-"""LLM deployment planner: roofline physics for serving a transformer on a cluster, and CP-SAT to
-choose the deployment that serves a workload at the lowest cost per token."""
+"""LLM deployment planner: how should this model be deployed on this cluster, and what will each
+token cost? A step model of serving (calibrated kernel rates beside the ideal roofline) and CP-SAT
+to choose the deployment that serves a workload at the lowest cost per token.
+
+The pipeline, upstream first, is the order of the subpackages: model, hardware, physics, problem,
+placement, solver, studies, output, cli. The public face (imported on first use, so that the
+command line starts fast):
+
+    import planner
+    resolved = planner.resolve_problem(planner.load_problem(path), base_dir=path.parent)
+    result = planner.solve(resolved)                # plan, explanation, status, gap
+    planner.check_plan(resolved, record)            # independent check of a saved plan
+    planner.evaluate("llama-3.1-70b", "hgx-h100", batch=64, input_tokens=2048, output_tokens=256, tp=8)
+"""
+
+import importlib
 
 __version__ = "0.1.0"
+__all__ = ["check_plan", "estimate", "evaluate", "load_problem", "resolve_problem", "solve"]
+
+_HOME = {
+    "check_plan": "planner.output.validate",
+    "estimate": "planner.physics.estimate",
+    "evaluate": "planner.quick",
+    "load_problem": "planner.problem.schema",
+    "resolve_problem": "planner.problem.resolve",
+    "solve": "planner.solver.solve",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(importlib.import_module(_HOME[name]), name)
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")
