@@ -3,7 +3,7 @@ without importing the physics)."""
 
 from enum import StrEnum
 
-__all__ = ["ExportFormat", "OverlapPolicy", "ServingRole"]
+__all__ = ["Engine", "ExportFormat", "OverlapPolicy", "ServingRole", "StepModel"]
 
 
 class OverlapPolicy(StrEnum):
@@ -34,3 +34,27 @@ class ExportFormat(StrEnum):
     VLLM = "vllm"
     SGLANG = "sglang"
     TRTLLM = "trtllm"
+
+
+class Engine(StrEnum):
+    """The serving engine a deployment runs on: its kernels set the calibrated rates, its scheduler
+    the per-step token budget and whether expert all-to-alls overlap compute."""
+
+    TRTLLM = "trtllm"
+    SGLANG = "sglang"
+    VLLM = "vllm"
+
+
+class StepModel(StrEnum):
+    """How a step's time is computed.
+
+    calibrated: a sum of kernel classes (dense GEMM, grouped MoE GEMM, attention, elementwise,
+      collectives), each at the rate measured for its shape on the accelerator and engine, plus
+      each kernel's fixed time; what an engine is predicted to reach (the default).
+    roofline: the ideal model of docs/physics.md, one achievable fraction for all FLOPs and one for
+      all bytes, max(compute, memory) + communication; the physical limit the calibrated step is
+      compared with.
+    """
+
+    CALIBRATED = "calibrated"
+    ROOFLINE = "roofline"

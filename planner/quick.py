@@ -12,9 +12,10 @@ PlannerInputError with the field and the fix.
 from planner.errors import PlannerInputError, unknown_name_issue
 from planner.hardware.catalog import load_hardware_catalog
 from planner.model.catalog import load_model_catalog
-from planner.modes import OverlapPolicy
+from planner.modes import Engine, OverlapPolicy, StepModel
 from planner.physics.deployment import Layout, layout_issues
-from planner.physics.estimate import DeploymentInputs, Estimate, estimate
+from planner.physics.estimate import Estimate, estimate
+from planner.physics.inputs import DeploymentInputs
 from planner.problem.resolve import resolve_precisions
 from planner.problem.schema import PrecisionSpec
 
@@ -23,7 +24,8 @@ __all__ = ["evaluate", "inputs_for"]
 
 def inputs_for(model: str, rack: str, batch: int, input_tokens: int, output_tokens: int, *, tp: int = 1, ep: int = 1, pp: int = 1,
                dp_attn: int | None = None, weights: str | None = None, kv_cache: str = "bf16", compute: str | None = None,
-               overlap: OverlapPolicy = OverlapPolicy.SERIAL) -> DeploymentInputs:
+               overlap: OverlapPolicy = OverlapPolicy.SERIAL, engine: Engine = Engine.TRTLLM,
+               step_model: StepModel = StepModel.CALIBRATED) -> DeploymentInputs:
     """The DeploymentInputs of one replica (see `evaluate`)."""
     hardware, models = load_hardware_catalog(), load_model_catalog()
     if model not in models:
@@ -38,7 +40,7 @@ def inputs_for(model: str, rack: str, batch: int, input_tokens: int, output_toke
     spec = PrecisionSpec(weights=weights, kv_cache=kv_cache, compute=compute)
     precisions, notes = resolve_precisions(spec, arch, rack_type.accelerator)
     return DeploymentInputs(arch, rack_type, layout, batch, input_tokens, output_tokens, precisions, hardware.overheads, overlap,
-                            notes=notes)
+                            notes=notes, engine=Engine(engine), step_model=StepModel(step_model))
 
 
 def evaluate(model: str, rack: str, batch: int, input_tokens: int, output_tokens: int, **layout_and_formats) -> Estimate:

@@ -5,6 +5,7 @@ __all__ = [
     "GB",
     "GIB",
     "HOURS_PER_MONTH",
+    "MIB",
     "MS",
     "SECONDS_PER_DAY",
     "SECONDS_PER_HOUR",
@@ -23,6 +24,7 @@ __all__ = [
 
 GB = 1e9  # bytes in a decimal gigabyte (vendors quote HBM and link bandwidth in these)
 GIB = 2.0**30  # bytes in a binary gibibyte
+MIB = 2.0**20  # bytes in a binary mebibyte (nvidia-smi reports memory in these)
 TB = 1e12  # bytes in a decimal terabyte
 MS = 1e-3  # seconds in a millisecond
 US = 1e-6  # seconds in a microsecond

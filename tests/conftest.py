@@ -5,7 +5,8 @@ import pytest
 from planner.hardware.catalog import load_hardware_catalog
 from planner.model.catalog import load_model_catalog
 from planner.physics.deployment import Layout, Precisions
-from planner.physics.estimate import DeploymentInputs, estimate
+from planner.physics.estimate import estimate
+from planner.physics.inputs import DeploymentInputs
 from planner.precision import FlopsFormat, Precision
 
 

@@ -14,14 +14,11 @@ from planner.cli.common import (
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.hardware.catalog import HardwareCatalog, load_hardware_catalog
 from planner.model.catalog import load_model_catalog
-from planner.modes import OverlapPolicy, ServingRole
+from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
 from planner.output.report import estimate_record, render_estimate
 from planner.physics.deployment import Layout, layout_issues
-from planner.physics.estimate import (
-    DEFAULT_PREFILL_CHUNK_TOKENS,
-    DeploymentInputs,
-    estimate,
-)
+from planner.physics.estimate import estimate
+from planner.physics.inputs import DEFAULT_PREFILL_CHUNK_TOKENS, DeploymentInputs
 from planner.physics.kv_cache import cache_use, tiers_for
 from planner.problem.resolve import resolve_precisions, resolve_problem
 from planner.problem.schema import PrecisionSpec, load_problem
@@ -43,6 +40,7 @@ class _Defaults:
     isl: int = 2048
     osl: int = 256
     cache_request: object = None
+    engine: Engine = Engine.TRTLLM
 
 
 def _defaults(args: argparse.Namespace) -> _Defaults:
@@ -56,7 +54,7 @@ def _defaults(args: argparse.Namespace) -> _Defaults:
     workload = resolved.workloads[names.index(args.workload)] if args.workload in names else resolved.workloads[0]
     model = resolved.models[workload.model_key]
     return _Defaults(resolved.hardware, model.arch, model.precisions, resolved.rack_counts[0][0].id,
-                     workload.input_tokens, workload.output_tokens, workload.prefix_cache)
+                     workload.input_tokens, workload.output_tokens, workload.prefix_cache, resolved.problem.engine)
 
 
 def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
@@ -108,7 +106,7 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         arch=arch, rack=rack, layout=layout, batch_per_replica=args.batch,
         input_tokens=args.isl or isl, output_tokens=args.osl or osl, precisions=precisions,
         overheads=hardware.overheads, overlap=OverlapPolicy(args.overlap), prefill_chunk_tokens=args.prefill_chunk or DEFAULT_PREFILL_CHUNK_TOKENS, notes=notes,
-        role=ServingRole(args.role), prefix_cache=cache,
+        role=ServingRole(args.role), prefix_cache=cache, engine=Engine(args.engine or d.engine), step_model=StepModel(args.step_model),
     )
 
 

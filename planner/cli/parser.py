@@ -4,7 +4,7 @@ command names its handler as 'module:function', imported only when the command r
 import argparse
 
 from planner import __version__
-from planner.modes import ExportFormat, OverlapPolicy, ServingRole
+from planner.modes import Engine, ExportFormat, OverlapPolicy, ServingRole, StepModel
 from planner.precision import Precision
 
 __all__ = ["build_parser", "positive", "rl_factor"]
@@ -52,6 +52,9 @@ def _add_estimate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--price", type=float, help="USD per accelerator-hour instead of the catalog estimate")
     p.add_argument("--overlap", choices=[o.value for o in OverlapPolicy], default=OverlapPolicy.SERIAL.value,
                    help="serial: communication adds to the step (default); overlapped: hidden behind compute/memory")
+    p.add_argument("--engine", choices=[e.value for e in Engine], help="serving engine whose kernel rates calibrate the step (default trtllm, or the problem's)")
+    p.add_argument("--step-model", choices=[m.value for m in StepModel], default=StepModel.CALIBRATED.value,
+                   help="calibrated: measured kernel rates (what the engine reaches, default); roofline: the ideal bound")
     p.add_argument("--prefill-chunk", type=int, help="tokens per prefill forward pass (default: the planner's chunked-prefill budget)")
     p.add_argument("--role", choices=[r.value for r in ServingRole], default=ServingRole.AGGREGATED.value,
                    help="aggregated (prefill rides in the decode steps, default), or one replica of a prefill or decode pool")
@@ -182,6 +185,15 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--markdown", action="store_true", help="the field reference as Markdown tables (as in the README)")
     schema.add_argument("-o", "--output", help="write to a file instead of standard output")
     schema.set_defaults(handler="planner.cli.catalog:schema_command")
+    cal = sub.add_parser("calibrate", help="fit the kernel-rate curves of the step model to measured kernel tables",
+                         description="Read aiconfigurator-core's measured kernel tables (an unpacked systems/data directory or the "
+                                     "wheel file) and write the compact curves the calibrated step model uses. Needs the optional "
+                                     "extra: pip install 'llm-deployment-planner[calibrate]'.")
+    cal.add_argument("tables", help="aiconfigurator_core/systems/data directory, an unpacked wheel, or the .whl file")
+    cal.add_argument("-o", "--output", default="topologies/kernels.yaml", help="where to write the curves (default topologies/kernels.yaml)")
+    cal.add_argument("--systems", nargs="+", help="only these systems (h100_sxm or h100-sxm; default all six)")
+    cal.add_argument("--engines", nargs="+", choices=[e.value for e in Engine], help="only these engines (default all three)")
+    cal.set_defaults(handler="planner.cli.calibrate:calibrate_command")
     catalog = sub.add_parser("catalog", help="list accelerators, racks, models and KV-cache tiers with their key numbers")
     catalog.add_argument("section", nargs="?", choices=["accelerators", "racks", "models", "kv-tiers"], help="only this section")
     catalog.add_argument("--json", metavar="PATH", help="also write the catalog as JSON")

@@ -22,7 +22,7 @@ from planner.hardware.specs import AcceleratorSpec, LinksScaleUp, RackSpec, Toru
 from planner.paths import data_dir
 from planner.precision import FLOPS_FORMATS_NARROW_TO_WIDE, FlopsFormat
 from planner.schema import EdgeModel
-from planner.units import GB, TB, TFLOP
+from planner.units import GB, MIB, TB, TFLOP
 
 __all__ = ["Accelerator", "AchievableDefaults", "HardwareCatalog", "Overheads", "RackType", "ScaleUpTopology", "check_source_keys", "load_hardware_catalog"]
 
@@ -190,7 +190,7 @@ def _accelerator_from_spec(spec: AcceleratorSpec, defaults: AchievableDefaults, 
         id=spec.id,
         name=spec.name,
         vendor=spec.vendor,
-        hbm_capacity_bytes=spec.hbm_capacity_gb * GB,
+        hbm_capacity_bytes=spec.hbm_capacity_mib_reported * MIB if spec.hbm_capacity_mib_reported else spec.hbm_capacity_gb * GB,
         hbm_bandwidth_bytes_per_s=spec.hbm_bandwidth_tb_per_s * TB,
         dense_flops_per_s={fmt: tflops * TFLOP for fmt, tflops in spec.dense_tflop_per_s.items()},
         scale_up_bandwidth_bytes_per_s=spec.scale_up_gb_per_s * GB,

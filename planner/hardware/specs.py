@@ -38,7 +38,10 @@ class AcceleratorSpec(EdgeModel):
     id: CatalogId
     name: str = Field(description="full product name")
     vendor: str = Field(description="manufacturer")
-    hbm_capacity_gb: float = Field(gt=0, description="HBM capacity in decimal GB (10^9 bytes)")
+    hbm_capacity_gb: float = Field(gt=0, description="HBM capacity in decimal GB (10^9 bytes), as the datasheet names it")
+    hbm_capacity_mib_reported: int | None = Field(
+        default=None, gt=0, description="HBM the device reports (nvidia-smi memory.total, rocm-smi VRAM total) in MiB; "
+        "when given it is the capacity used, since HBM stacks come in binary sizes and datasheet 'GB' are often GiB")
     hbm_bandwidth_tb_per_s: float = Field(gt=0, description="peak HBM bandwidth in TB/s (10^12 bytes/s)")
     dense_tflop_per_s: dict[FlopsFormat, Annotated[float, Field(gt=0)]] = Field(
         description="dense (no 2:4 sparsity) tensor-core TFLOP/s per input format: bf16, fp8, fp4"
@@ -93,7 +96,7 @@ class AcceleratorSpec(EdgeModel):
     def _units_and_sources(self) -> "AcceleratorSpec":
         numeric = [
             name
-            for name in ("hbm_capacity_gb", "hbm_bandwidth_tb_per_s", "dense_tflop_per_s", "scale_up_gb_per_s",
+            for name in ("hbm_capacity_gb", "hbm_capacity_mib_reported", "hbm_bandwidth_tb_per_s", "dense_tflop_per_s", "scale_up_gb_per_s",
                          "scale_out_gb_per_s", "host_memory_gb", "host_link_gb_per_s", "price_usd_per_hour", "compute_fraction")
             if getattr(self, name) is not None
         ]

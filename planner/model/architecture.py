@@ -97,6 +97,7 @@ class ModelArch:
     max_context_tokens: int
     native_weights_precision: Precision = Precision.BF16
     native_expert_weights_precision: Precision | None = None
+    fp8_block_size: int = 0  # fp8 checkpoints quantised in square blocks of this many values (0: per tensor or none)
     published: PublishedCounts | None = None
 
     @property

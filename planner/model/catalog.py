@@ -120,6 +120,8 @@ class ModelSpec(EdgeModel):
     max_context_tokens: PositiveInt = Field(description="longest context the model supports")
     native_weights_precision: Precision = Field(default=Precision.BF16, description="format the weights ship in")
     native_expert_weights_precision: Precision | None = Field(default=None, description="if experts ship in another format")
+    fp8_block_size: int = Field(default=0, ge=0, description="weight_block_size of the published fp8 checkpoint's quantization_config "
+                                "(128 for DeepSeek-style block scaling; 0 for per-tensor scales or none)")
     published: PublishedSpec | None = Field(default=None, description="the authors' parameter counts, to check ours against")
     sources: dict[str, str] = Field(default_factory=dict, description="where the numbers come from")
 
@@ -199,6 +201,7 @@ def arch_from_spec(spec: ModelSpec) -> ModelArch:
         max_context_tokens=spec.max_context_tokens,
         native_weights_precision=spec.native_weights_precision,
         native_expert_weights_precision=spec.native_expert_weights_precision,
+        fp8_block_size=spec.fp8_block_size,
         published=published,
     )
 

@@ -133,7 +133,8 @@ def _native_precisions(cfg: dict) -> dict:
     quant = cfg.get("quantization_config") or {}
     method = str(quant.get("quant_method", "")).lower()
     if method == "fp8":
-        return {"native_weights_precision": "fp8"}
+        block = quant.get("weight_block_size") or [0]
+        return {"native_weights_precision": "fp8", "fp8_block_size": int(block[0])}
     if method == "mxfp4":
         return {"native_weights_precision": "bf16", "native_expert_weights_precision": "mxfp4"}
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")

@@ -4,7 +4,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from planner.modes import ServingRole
+from planner.modes import ServingRole, StepModel
 from planner.physics.estimate import Estimate
 from planner.physics.roofline import StepTime
 from planner.units import format_bytes, format_rate, format_seconds, format_usd
@@ -18,18 +18,21 @@ def step_record(step: StepTime) -> dict[str, float | str]:
         "weights": step.weights_s,
         "kv": step.kv_s,
         "comm": step.comm_s,
+        "overhead": step.overhead_s,
         "total": step.total_s,
+        "total_range": list(step.range_s),
     }
 
 
-def estimate_record(e: Estimate) -> dict:
-    """Every figure of an estimate, SI units, keys named with their unit."""
-    inp, mem = e.inputs, e.memory
-    prec = inp.precisions
+def _layout_record(e: Estimate) -> dict:
+    inp, prec = e.inputs, e.inputs.precisions
     return {
         "model": inp.arch.id,
         "rack": inp.rack.id,
         "accelerator": inp.rack.accelerator.id,
+        "engine": str(inp.engine),
+        "step_model": str(e.step_model),
+        "kernel_source": e.kernel_source or None,
         "layout": {"tp": inp.layout.tp, "ep": inp.layout.ep, "pp": inp.layout.pp, "dp_attn": inp.layout.dp_attn,
                    "expert_tp": inp.layout.expert_tp},
         "accelerators": e.n_accelerators,
@@ -39,13 +42,22 @@ def estimate_record(e: Estimate) -> dict:
         "precisions": {"weights": str(prec.weights), "expert_weights": str(prec.expert_weights or prec.weights),
                        "kv_cache": str(prec.kv_cache), "activations": str(prec.activations), "compute": str(prec.compute)},
         "role": str(inp.role),
+    }
+
+
+def _figures_record(e: Estimate) -> dict:
+    inp = e.inputs
+    return {
         "tpot_s": e.tpot_s,
+        "tpot_s_range": list(e.tpot_range_s),
         "ttft_s": e.ttft_s,
+        "ttft_s_range": list(e.ttft_range_s),
         "prefill_latency_s": e.prefill_latency_s,
         "queue_wait_s": e.queue_wait_s,
         "cache_hit_latency_s": e.cache_hit_latency_s,
         "output_tokens_per_s_per_replica": e.sustained_output_tokens_per_s,
         "output_tokens_per_s_per_accelerator": e.output_tokens_per_s_per_accelerator,
+        "output_tokens_per_s_per_accelerator_range": list(e.output_tokens_per_s_per_accelerator_range),
         "input_tokens_per_s_per_replica": e.sustained_input_tokens_per_s,
         "decode_only_tokens_per_s_per_replica": e.decode_tokens_per_s,
         "prefill_only_tokens_per_s_per_replica": e.prefill_tokens_per_s,
@@ -56,62 +68,79 @@ def estimate_record(e: Estimate) -> dict:
             "storage_usd_per_hour": e.storage_usd_per_hour},
         "requests_per_s_per_replica": e.requests_per_s,
         "usd_per_hour_per_replica": e.usd_per_hour,
-        "usd_per_million_output_tokens_all_in": e.usd_per_million_output_tokens_all_in,
-        "usd_per_million_output_tokens": e.usd_per_million_output_tokens,
+        "usd_per_million_output_tokens": e.usd_per_million_output_tokens_all_in,
+        "usd_per_million_output_tokens_range": list(e.usd_per_million_output_tokens_range),
+        "usd_per_million_output_tokens_decode_only": e.usd_per_million_output_tokens,
         "usd_per_million_input_tokens": e.usd_per_million_input_tokens,
         "usd_per_request": e.usd_per_request,
+    }
+
+
+def _steps_record(e: Estimate) -> dict:
+    mem = e.memory
+    return {
         "step_time_s": step_record(e.serving_step),
         "decode_only_step_time_s": step_record(e.decode_step),
         "dominant_term": e.serving_step.dominant_term,
         "bound": e.serving_step.bound,
         "prefill_chunk_step_time_s": step_record(e.prefill_chunk_step),
-        "memory_bytes_per_accelerator": {
-            "weights": mem.weights_bytes,
-            "kv": mem.kv_bytes,
-            "activations": mem.activations_bytes,
-            "capacity": mem.capacity_bytes,
-            "free": mem.free_bytes,
-        },
+        "roofline": None if e.roofline is None else {
+            "tpot_s": e.roofline.tpot_s, "fraction_reached": e.roofline.fraction,
+            "gap_s": {name: seconds for name, seconds in e.roofline.gap_terms}},
+        "memory_bytes_per_accelerator": {"weights": mem.weights_bytes, "kv": mem.kv_bytes, "activations": mem.activations_bytes,
+                                         "capacity": mem.capacity_bytes, "free": mem.free_bytes},
         "hbm_fill_fraction": mem.fill_fraction,
         "fits_hbm": mem.fits,
         "expert_touch_fraction": e.expert_touch_fraction,
-        "links": {
-            "tp_link_kind": e.links.tp.link_kind,
-            "tp_injection_bytes_per_s": e.links.tp.injection_bytes_per_s,
-            "stage_link_kind": e.links.stage.link_kind,
-            "stage_injection_bytes_per_s": e.links.stage.injection_bytes_per_s,
-            "stage_bisection_bytes_per_s": e.links.stage.bisection_bytes_per_s,
-            "pp_bandwidth_bytes_per_s": e.links.pp_bandwidth_bytes_per_s if e.inputs.layout.pp > 1 else None,
-            "scale_up_domains": e.links.n_scale_up_domains,
-        },
-        "assumptions": list(e.assumptions),
     }
+
+
+def _links_record(e: Estimate) -> dict:
+    finite = lambda x: x if x is not None and x != float("inf") else None  # JSON has no Infinity: null = not limited
+    return {
+        "tp_link_kind": e.links.tp.link_kind,
+        "tp_injection_bytes_per_s": finite(e.links.tp.injection_bytes_per_s),
+        "stage_link_kind": e.links.stage.link_kind,
+        "stage_injection_bytes_per_s": finite(e.links.stage.injection_bytes_per_s),
+        "stage_bisection_bytes_per_s": finite(e.links.stage.bisection_bytes_per_s),
+        "pp_bandwidth_bytes_per_s": finite(e.links.pp_bandwidth_bytes_per_s) if e.inputs.layout.pp > 1 else None,
+        "scale_up_domains": e.links.n_scale_up_domains,
+    }
+
+
+def estimate_record(e: Estimate) -> dict:
+    """Every figure of an estimate, SI units, keys named with their unit; each headline figure has a
+    `<field>_range` [p10, p90] beside it."""
+    return {**_layout_record(e), **_figures_record(e), **_steps_record(e), "links": _links_record(e), "assumptions": list(e.assumptions)}
+
+
+_TERM_LABELS = (("compute", "compute"), ("weights", "weights fetch"), ("kv", "KV fetch"), ("comm", "communication"),
+                ("overhead", "kernel floors + elementwise"))
 
 
 def _step_table(title: str, step: StepTime) -> Table:
     table = Table(title=title, title_justify="left")
-    table.add_column("term")
-    table.add_column("time", justify="right")
-    table.add_column("share", justify="right")
-    table.add_column("")
+    for name, justify in (("term", "left"), ("time", "right"), ("share", "right"), ("", "left")):
+        table.add_column(name, justify=justify)
     total = step.total_s
-    dominant = step.dominant_term
-    for name, value in (("compute", step.compute_s), ("weights fetch", step.weights_s), ("KV fetch", step.kv_s), ("communication", step.comm_s)):
-        mark = "<- dominant" if name.split()[0].lower().startswith(dominant) else ""
-        table.add_row(name, format_seconds(value), f"{value / total:.0%}" if total else "-", mark)
-    rule = f"max(compute, weights+KV) + comm = {format_seconds(total)}" if step.overlap == "serial" else f"max(compute, weights+KV, comm) = {format_seconds(total)}"
-    table.add_row("[bold]step[/bold]", f"[bold]{format_seconds(total)}[/bold]", "", f"{step.bound}-bound; {rule}")
+    values = {"compute": step.compute_s, "weights": step.weights_s, "kv": step.kv_s, "comm": step.comm_s, "overhead": step.overhead_s}
+    for key, label in _TERM_LABELS:
+        if key == "overhead" and step.model is StepModel.ROOFLINE:
+            continue
+        table.add_row(label, format_seconds(values[key]), f"{values[key] / total:.0%}" if total else "-",
+                      "<- dominant" if key == step.dominant_term else "")
+    if step.model is StepModel.ROOFLINE:
+        rule = "max(compute, weights+KV) + comm" if step.overlap == "serial" else "max(compute, weights+KV, comm)"
+    else:
+        rule = "sum of kernel times + comm" if step.overlap == "serial" else "max(sum of kernel times, comm)"
+    low, high = step.range_s
+    span = f"; range {format_seconds(low)}-{format_seconds(high)}" if high > low else ""
+    table.add_row("[bold]step[/bold]", f"[bold]{format_seconds(total)}[/bold]", "", f"{step.bound}-bound; {rule} = {format_seconds(total)}{span}")
     return table
 
 
-def render_estimate(e: Estimate, console: Console) -> None:
-    inp, mem = e.inputs, e.memory
-    accel = inp.rack.accelerator
-    console.print(
-        f"[bold]{escape(inp.arch.name)}[/bold] on [bold]{escape(inp.rack.name)}[/bold]: {inp.layout.describe()}, "
-        f"batch {inp.batch_per_replica}, {inp.input_tokens} in / {inp.output_tokens} out tokens, "
-        f"weights {inp.precisions.weights}, KV {inp.precisions.kv_cache}, compute {inp.precisions.compute}"
-    )
+def _render_steps(e: Estimate, console: Console) -> None:
+    inp = e.inputs
     if inp.role is ServingRole.AGGREGATED:
         console.print(_step_table(f"Decode step with prefill riding along ({e.prefill_riders_per_step * inp.layout.pp:,.0f} prompt tokens "
                                   "per step): time per output token, all pipeline stages", e.serving_step))
@@ -119,50 +148,82 @@ def render_estimate(e: Estimate, console: Console) -> None:
                       f"({e.decode_step.dominant_term} dominant); the prompts add "
                       f"{format_seconds(e.serving_step.total_s - e.decode_step.total_s)} to every token (prefill interference).")
     elif inp.role is ServingRole.PREFILL:
-        console.print(_step_table("Prefill replica: one prefill chunk through the slowest stage (chunk size under Assumptions)",
+        console.print(_step_table("Prefill replica: one prefill pass through the slowest stage (pass size under Assumptions)",
                                   e.prefill_chunk_step))
         console.print(f"Prompts back to back: {format_rate(e.prefill_tokens_per_s)} prompt tokens per replica; the KV cache of each "
                       "prompt then leaves for a decode replica (`planner solve` costs that hand-off and the decode join).")
     else:
         console.print(_step_table("Decode replica: pure decode step, time per output token (all pipeline stages)", e.decode_step))
+    if e.roofline is not None:
+        console.print(f"Calibrated for {inp.engine}: {e.roofline.sentence()} (the ideal roofline's TPOT is {format_seconds(e.roofline.tpot_s)}).")
+
+
+def _span(low: float, high: float, fmt) -> str:
+    return f"{fmt(low)} - {fmt(high)}" if high > low else ""
+
+
+def _render_latency(e: Estimate, console: Console) -> None:
+    inp = e.inputs
     latency = Table(title="Latency", title_justify="left")
-    latency.add_column("figure")
-    latency.add_column("value", justify="right")
+    for name, justify in (("figure", "left"), ("value", "right"), ("range (p10-p90)", "right")):
+        latency.add_column(name, justify=justify)
     if inp.role is not ServingRole.PREFILL:
-        latency.add_row("TPOT (time per output token)", format_seconds(e.tpot_s))
-    latency.add_row("TTFT (time to first token)" if inp.role is ServingRole.AGGREGATED else "TTFT in this replica", format_seconds(e.ttft_s))
+        latency.add_row("TPOT (time per output token)", format_seconds(e.tpot_s), _span(*e.tpot_range_s, format_seconds))
+    latency.add_row("TTFT (time to first token)" if inp.role is ServingRole.AGGREGATED else "TTFT in this replica", format_seconds(e.ttft_s),
+                    _span(*e.ttft_range_s, format_seconds))
     queue_label = {ServingRole.AGGREGATED: "  queueing (2 departures)", ServingRole.PREFILL: "  queueing (the prompt ahead)",
                    ServingRole.DECODE: "  joining the next decode step"}[inp.role]
-    latency.add_row(queue_label, format_seconds(e.queue_wait_s))
+    latency.add_row(queue_label, format_seconds(e.queue_wait_s), "")
     if inp.role is not ServingRole.DECODE:
-        latency.add_row("  prefill of a whole prompt" if e.cache_hit_latency_s else "  prefill", format_seconds(e.prefill_latency_s))
+        latency.add_row("  prefill of a whole prompt" if e.cache_hit_latency_s else "  prefill", format_seconds(e.prefill_latency_s), "")
         if e.cache_hit_latency_s:
-            latency.add_row("  a cache hit: reload + rest of the prompt", format_seconds(e.cache_hit_latency_s))
+            latency.add_row("  a cache hit: reload + rest of the prompt", format_seconds(e.cache_hit_latency_s), "")
     console.print(latency)
+
+
+def _render_memory(e: Estimate, console: Console) -> None:
+    mem, accel = e.memory, e.inputs.rack.accelerator
     memory = Table(title=f"HBM per accelerator ({accel.id}, {format_bytes(mem.capacity_bytes)})", title_justify="left")
-    memory.add_column("use")
-    memory.add_column("bytes", justify="right")
-    memory.add_column("share", justify="right")
+    for name, justify in (("use", "left"), ("bytes", "right"), ("share", "right"), ("", "left")):
+        memory.add_column(name, justify=justify)
     for name, value in (("weights", mem.weights_bytes), ("KV cache", mem.kv_bytes), ("activations + reserves", mem.activations_bytes)):
         memory.add_row(name, format_bytes(value), f"{value / mem.capacity_bytes:.0%}")
     status = "[green]fits[/green]" if mem.fits else "[red bold]DOES NOT FIT[/red bold]"
     memory.add_row("[bold]total[/bold]", f"[bold]{format_bytes(mem.used_bytes)}[/bold]", f"[bold]{mem.fill_fraction:.0%}[/bold]", status)
     console.print(memory)
+
+
+def _render_money(e: Estimate, console: Console) -> None:
     money = Table(title="Throughput and cost", title_justify="left")
-    money.add_column("figure")
-    money.add_column("value", justify="right")
-    money.add_row("output tokens/s per replica (sustained)", format_rate(e.sustained_output_tokens_per_s))
-    money.add_row("output tokens/s per accelerator", format_rate(e.output_tokens_per_s_per_accelerator))
-    money.add_row("input tokens/s per replica", format_rate(e.sustained_input_tokens_per_s))
-    money.add_row("replica cost", f"{format_usd(e.usd_per_hour)}/h")
-    money.add_row("USD per million output tokens, all in", format_usd(e.usd_per_million_output_tokens_all_in))
-    money.add_row("  a decode token alone", format_usd(e.usd_per_million_output_tokens))
-    money.add_row("  a prefill token alone", format_usd(e.usd_per_million_input_tokens))
-    money.add_row("USD per request", format_usd(e.usd_per_request))
+    for name, justify in (("figure", "left"), ("value", "right"), ("range (p10-p90)", "right")):
+        money.add_column(name, justify=justify)
+    money.add_row("output tokens/s per replica (sustained)", format_rate(e.sustained_output_tokens_per_s), "")
+    money.add_row("output tokens/s per accelerator", format_rate(e.output_tokens_per_s_per_accelerator),
+                  _span(*e.output_tokens_per_s_per_accelerator_range, format_rate))
+    money.add_row("input tokens/s per replica", format_rate(e.sustained_input_tokens_per_s), "")
+    money.add_row("replica cost", f"{format_usd(e.usd_per_hour)}/h", "")
+    money.add_row("USD per million output tokens, all in", format_usd(e.usd_per_million_output_tokens_all_in),
+                  _span(*e.usd_per_million_output_tokens_range, format_usd))
+    money.add_row("  a decode token alone", format_usd(e.usd_per_million_output_tokens), "")
+    money.add_row("  a prefill token alone", format_usd(e.usd_per_million_input_tokens), "")
+    money.add_row("USD per request", format_usd(e.usd_per_request), "")
     console.print(money)
+
+
+def render_estimate(e: Estimate, console: Console) -> None:
+    inp, mem = e.inputs, e.memory
+    console.print(
+        f"[bold]{escape(inp.arch.name)}[/bold] on [bold]{escape(inp.rack.name)}[/bold]: {inp.layout.describe()}, "
+        f"batch {inp.batch_per_replica}, {inp.input_tokens} in / {inp.output_tokens} out tokens, "
+        f"weights {inp.precisions.weights}, KV {inp.precisions.kv_cache}, compute {inp.precisions.compute}, engine {inp.engine}"
+    )
+    _render_steps(e, console)
+    _render_latency(e, console)
+    _render_memory(e, console)
+    _render_money(e, console)
     if not mem.fits:
         console.print(
-            f"[red]The replica needs {format_bytes(mem.used_bytes)} per accelerator but {accel.id} has "
+            f"[red]The replica needs {format_bytes(mem.used_bytes)} per accelerator but {inp.rack.accelerator.id} has "
             f"{format_bytes(mem.capacity_bytes)}.[/red] Shard the weights further (raise tp/ep/pp), lower the batch, "
             "or use narrower weight/KV formats."
         )

@@ -15,7 +15,8 @@ import numpy as np
 from planner.model.architecture import kv_bytes_per_sequence
 from planner.modes import ServingRole
 from planner.physics.deployment import Layout, Precisions, layout_issues
-from planner.physics.estimate import DeploymentInputs, estimate
+from planner.physics.estimate import estimate
+from planner.physics.inputs import DeploymentInputs
 from planner.physics.kv_cache import cache_use
 from planner.precision import FlopsFormat, Precision
 from planner.problem.resolve import ResolvedProblem
@@ -76,7 +77,7 @@ def _inputs(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]
         out.append(Violation(f"{where}.role", f"{role} replicas, but workload {w.name} is served '{w.serving}'"))
     return DeploymentInputs(model.arch, rack, layout, int(d["batch_per_replica"]), w.input_tokens, w.output_tokens,
                             precisions, resolved.hardware.overheads, options.overlap, options.prefill_chunk_tokens, (),
-                            imbalance, redundant, role, _cache(w, d, rack, where, out))
+                            imbalance, redundant, role, _cache(w, d, rack, where, out), resolved.problem.engine, options.step_model)
 
 
 def _expert_figures(resolved: ResolvedProblem, model, layout: Layout, emap: dict | None, where: str,

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from planner.modes import OverlapPolicy
+from planner.modes import OverlapPolicy, StepModel
 
 __all__ = [
     "FLOPS_PER_PARAM_PER_TOKEN",
@@ -40,6 +40,10 @@ class StepTime(NamedTuple):
     kv_s: float
     comm_s: float
     overlap: OverlapPolicy = OverlapPolicy.SERIAL
+    overhead_s: float = 0.0  # calibrated model: kernel floors and elementwise work (0 under the roofline)
+    model: StepModel = StepModel.ROOFLINE
+    low_ratio: float = 1.0  # range of the total as ratios to it (p10, p90 of the kernel fits)
+    high_ratio: float = 1.0
 
     @property
     def memory_s(self) -> float:
@@ -47,12 +51,16 @@ class StepTime(NamedTuple):
 
     @property
     def total_s(self) -> float:
-        return float(step_total_s(self.compute_s, self.weights_s, self.kv_s, self.comm_s, self.overlap))
+        return float(step_total_s(self.compute_s, self.weights_s, self.kv_s, self.comm_s, self.overlap, self.overhead_s, self.model))
+
+    @property
+    def range_s(self) -> tuple[float, float]:
+        return self.total_s * self.low_ratio, self.total_s * self.high_ratio
 
     @property
     def dominant_term(self) -> str:
-        """The single largest term: compute, weights, kv or comm."""
-        terms = {"compute": self.compute_s, "weights": self.weights_s, "kv": self.kv_s, "comm": self.comm_s}
+        """The single largest term: compute, weights, kv, comm or (calibrated) overhead."""
+        terms = {"compute": self.compute_s, "weights": self.weights_s, "kv": self.kv_s, "comm": self.comm_s, "overhead": self.overhead_s}
         return max(terms, key=terms.__getitem__)
 
     @property
@@ -61,12 +69,20 @@ class StepTime(NamedTuple):
         return "compute" if self.compute_s >= self.memory_s else "memory"
 
     def scaled(self, factor: float) -> "StepTime":
-        return StepTime(self.compute_s * factor, self.weights_s * factor, self.kv_s * factor, self.comm_s * factor, self.overlap)
+        return self._replace(compute_s=self.compute_s * factor, weights_s=self.weights_s * factor, kv_s=self.kv_s * factor,
+                             comm_s=self.comm_s * factor, overhead_s=self.overhead_s * factor)
 
 
-def step_total_s(compute_s, weights_s, kv_s, comm_s, overlap: OverlapPolicy = OverlapPolicy.SERIAL):
-    """docs/physics.md: t_step = max(t_compute, t_weights + t_kv) + t_comm, or max of all three when
-    communication is overlapped. Works on floats and numpy arrays alike."""
+def step_total_s(compute_s, weights_s, kv_s, comm_s, overlap: OverlapPolicy = OverlapPolicy.SERIAL, overhead_s=0.0,
+                 model: StepModel = StepModel.ROOFLINE):
+    """The one combination rule of step terms. Roofline (docs/physics.md): max(t_compute, t_weights +
+    t_kv) + t_comm, or the max of all three when communication is overlapped. Calibrated: every
+    kernel's time was already attributed to one term, so the terms add up (compute + weights + kv +
+    overhead) + comm, or max(that sum, comm) when two micro-batches overlap communication with
+    compute. Works on floats and numpy arrays alike."""
+    if model is StepModel.CALIBRATED:
+        work = compute_s + weights_s + kv_s + overhead_s
+        return np.maximum(work, comm_s) if overlap is OverlapPolicy.OVERLAPPED else work + comm_s
     memory_s = weights_s + kv_s
     if overlap is OverlapPolicy.OVERLAPPED:
         return np.maximum(np.maximum(compute_s, memory_s), comm_s)

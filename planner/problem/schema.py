@@ -25,7 +25,7 @@ from planner.hardware.specs import (
     RackSpec,
 )
 from planner.model.catalog import ModelSpec
-from planner.modes import OverlapPolicy
+from planner.modes import Engine, OverlapPolicy, StepModel
 from planner.precision import Precision
 from planner.schema import CatalogId, EdgeModel
 
@@ -214,7 +214,8 @@ class SolverOptions(EdgeModel):
     workers: int = Field(default=2, ge=1, le=64, description="CP-SAT worker threads")
     overlap: OverlapPolicy = Field(default=OverlapPolicy.SERIAL, description="serial: comm adds to the step; overlapped: hidden")
     max_batch_per_replica: int = Field(default=65536, ge=1, description="largest decode batch (sequences) to consider")
-    prefill_chunk_tokens: int = Field(default=8192, ge=64, description="tokens per prefill forward pass")
+    prefill_chunk_tokens: int = Field(default=8192, ge=64, description="tokens per forward pass (the engine's token budget): short prompts are packed into one prefill pass, long ones chunked")
+    step_model: StepModel = Field(default=StepModel.CALIBRATED, description="calibrated: kernel rates measured for the engine (what it reaches); roofline: the ideal bound")
     max_replicas: int = Field(default=4096, ge=1, description="largest replica count per deployment")
 
 
@@ -231,6 +232,7 @@ class Problem(EdgeModel):
     objective: Objective = Field(default=Objective.MIN_COST, description="min_cost (fleet USD/h for the demand, or USD per token without one), "
                                                                          "max_throughput_per_accelerator, or min_tpot under cost_cap_usd_per_hour")
     cost_cap_usd_per_hour: float | None = Field(default=None, gt=0, description="fleet cost cap for objective min_tpot")
+    engine: Engine = Field(default=Engine.TRTLLM, description="serving engine (trtllm, sglang, vllm): its kernel rates calibrate the step model, and exports default to it")
     solver: SolverOptions = Field(default_factory=SolverOptions, description="CP-SAT and candidate-enumeration options")
     placement: PlacementOptions = Field(default_factory=PlacementOptions, description="how experts are placed on their ranks")
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from planner.hardware.catalog import Overheads, RackType
 from planner.model.architecture import ModelArch, kv_bytes_per_sequence, param_counts
-from planner.modes import OverlapPolicy, ServingRole
+from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
 from planner.physics.cost import usd_per_million_tokens
 from planner.physics.deployment import Layout, Precisions, layout_issues
 from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
@@ -27,8 +27,7 @@ from planner.problem.resolve import ResolvedWorkload, resolve_precisions
 from planner.problem.schema import PrecisionSpec
 from planner.units import SECONDS_PER_HOUR
 
-__all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_s",
-           "pareto_prune"]
+__all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_s"]
 
 MAX_PIPELINE_STAGES = 16
 EXTRA_PIPELINE_DOUBLINGS = 2  # also try 2x and 4x the fewest stages that hold the weights
@@ -44,6 +43,8 @@ class CandidateSettings:
     allow_spanning_domains: bool = False
     keep_batch_ladder: bool = False  # also keep smaller batches (for latency objectives and frontiers)
     redundant_experts_per_rank: int = 0
+    engine: Engine = Engine.TRTLLM
+    step_model: StepModel = StepModel.CALIBRATED
 
 
 @dataclass(frozen=True)
@@ -250,10 +251,10 @@ def _largest_feasible_batch(inp: DeploymentInputs, workload: _Limits, table: Bat
 
 def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTable, i: int, reason: str,
                spans: bool, notes: tuple[str, ...], handoff: tuple[float, float] = (0.0, 0.0)) -> Candidate:
-    step = dict(zip(("compute", "weights", "kv", "comm"), (float(term[i]) for term in table.serving_step), strict=True))
+    step = dict(zip(("compute", "weights", "kv", "comm", "overhead"), (float(term[i]) for term in table.serving_step), strict=True))
     if inp.role is ServingRole.PREFILL:  # cost and demand are counted in the output tokens its prompts feed
-        step = {"compute": table.prefill_step.compute_s, "weights": table.prefill_step.weights_s, "kv": table.prefill_step.kv_s,
-                "comm": table.prefill_step.comm_s}
+        p = table.prefill_step
+        step = {"compute": p.compute_s, "weights": p.weights_s, "kv": p.kv_s, "comm": p.comm_s, "overhead": p.overhead_s}
         output_rate = table.prefill_tokens_per_s * workload.output_tokens / inp.prefilled_tokens
     else:
         output_rate = float(table.sustained_output_tokens_per_s[i])
@@ -304,7 +305,8 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
         base = DeploymentInputs(arch, rack, layout, layout.pp * layout.dp_attn, workload.input_tokens, workload.output_tokens,
                                 precisions, overheads, settings.overlap, settings.prefill_chunk_tokens, notes,
                                 expert_imbalance(layout.ep) if spread else 1.0,
-                                settings.redundant_experts_per_rank if spread else 0)
+                                settings.redundant_experts_per_rank if spread else 0, engine=settings.engine,
+                                step_model=settings.step_model)
         links = default_replica_links(rack, layout, overheads.collective_latency_s)
         spans = links.tp.spans_domains or links.stage.spans_domains  # pipeline stages may sit in different racks
         handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),
@@ -374,27 +376,3 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
         ladder = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, int(table.batches[best])))
         out += [_candidate(inp, workload, ladder, int(i), "ladder", spans, notes, handoff) for i in np.flatnonzero(_feasible(ladder, limits))]
     return out
-
-
-def pareto_prune(candidates: list[Candidate], use_latency: bool = False) -> list[Candidate]:
-    """Drop every candidate another one of the same role beats: no more accelerators, at least the
-    throughput (and, with `use_latency`, no worse TPOT), strictly better somewhere. Prefill and
-    decode candidates also keep what their pairing depends on: TTFT and NIC bandwidth. Ties keep
-    the canonical first."""
-    kept: list[Candidate] = []
-    for role in ServingRole:
-        mine = [c for c in candidates if c.role is role]
-        paired = role is not ServingRole.AGGREGATED
-        ordered = sorted(mine, key=lambda c: (c.accelerators, -c.output_tokens_per_s, c.tpot_s, c.ttft_s, c.sort_key()))
-        chosen: list[Candidate] = []
-        for c in ordered:
-            dominated = any(
-                k.accelerators <= c.accelerators and k.output_tokens_per_s >= c.output_tokens_per_s
-                and (not use_latency or k.tpot_s <= c.tpot_s)
-                and (not paired or (k.ttft_s <= c.ttft_s and k.nic_bytes_per_s >= c.nic_bytes_per_s))
-                for k in chosen
-            )
-            if not dominated:
-                chosen.append(c)
-        kept += chosen
-    return kept

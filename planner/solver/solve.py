@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from planner.model.expert_loads import synthetic_profile
 from planner.modes import ServingRole
 from planner.physics.cost import usd_per_million_tokens
-from planner.physics.estimate import DeploymentInputs, Estimate, estimate
+from planner.physics.estimate import Estimate, estimate
+from planner.physics.inputs import DeploymentInputs
 from planner.physics.kv_cache import cache_use
 from planner.placement.experts import ExpertPlacement, place_experts
 from planner.placement.fleet import PlacementFailed, place_plan
@@ -27,11 +28,11 @@ from planner.solver.candidates import (
     RackAnalysis,
     analyse_rack,
     pair_ttft_s,
-    pareto_prune,
 )
 from planner.solver.explain import explain_plan
 from planner.solver.infeasibility import explain_infeasibility
 from planner.solver.model_builder import PlanningData, RackPool
+from planner.solver.pruning import pareto_prune
 from planner.solver.search import RawSolution, solve_data
 from planner.units import SECONDS_PER_HOUR
 
@@ -140,7 +141,8 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
     problem = resolved.problem
     ladder = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
     settings = CandidateSettings(problem.solver.overlap, problem.solver.prefill_chunk_tokens, problem.solver.max_batch_per_replica,
-                                 problem.cluster.allow_spanning_domains, ladder, problem.placement.redundant_experts_per_rank)
+                                 problem.cluster.allow_spanning_domains, ladder, problem.placement.redundant_experts_per_rank,
+                                 problem.engine, problem.solver.step_model)
     imbalance = imbalance if imbalance is not None else expert_imbalance_functions(resolved)
     analyses: dict[tuple[str, str], RackAnalysis] = {}
     shared: dict[tuple, RackAnalysis] = {}
@@ -233,7 +235,8 @@ def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int
                                   problem.solver.prefill_chunk_tokens, c.notes,
                                   experts.imbalance if experts else 1.0,
                                   problem.placement.redundant_experts_per_rank if experts else 0, c.role,
-                                  cache_use(workload.prefix_cache, c.kv_tier, resolved.hardware.racks[c.rack_id].accelerator))
+                                  cache_use(workload.prefix_cache, c.kv_tier, resolved.hardware.racks[c.rack_id].accelerator),
+                                  problem.engine, problem.solver.step_model)
         deployments.append(Deployment(c, replicas, estimate(inputs), experts))
     return deployments
 

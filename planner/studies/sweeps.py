@@ -21,9 +21,10 @@ import numpy as np
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.model.architecture import param_counts
 from planner.modes import ServingRole
+from planner.physics.batch_table import BatchTable, evaluate_batches
 from planner.physics.cost import usd_per_million_tokens, usd_per_s
 from planner.physics.deployment import Layout
-from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
+from planner.physics.inputs import DeploymentInputs
 from planner.physics.roofline import critical_batch_size
 from planner.precision import bytes_per_value
 from planner.problem.resolve import ResolvedProblem, resolve_problem

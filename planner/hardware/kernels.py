@@ -1,0 +1,298 @@
+"""Measured kernel rates per accelerator and serving engine: the compact curves `planner calibrate`
+fits to measured kernel tables (`topologies/kernels.yaml`), and the derived curves of accelerators
+nobody has published tables for (`topologies/kernel_derivations.yaml`, wider spreads).
+
+Every curve carries its fit spread: the 10th, 50th and 90th percentile of measured over fitted time
+over the rows it was fitted on. The step model multiplies by the median and quotes p10-p90 as the
+range of a prediction.
+"""
+
+import functools
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pydantic import Field
+
+from planner.errors import (
+    PlannerInputError,
+    issues_from_validation_error,
+    load_yaml_file,
+)
+from planner.modes import Engine
+from planner.paths import data_dir
+from planner.schema import EdgeModel
+
+__all__ = ["AllToAll", "Collective", "DecodeAttention", "KernelRates", "PrefillAttention", "Ramp", "Spread", "kernel_rates"]
+
+KERNELS_FILE = "kernels.yaml"
+DERIVATIONS_FILE = "kernel_derivations.yaml"
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Measured over fitted time of a curve's rows: 10th, 50th and 90th percentile."""
+
+    p10: float = 1.0
+    p50: float = 1.0
+    p90: float = 1.0
+
+    def widened(self, log_factor: float) -> "Spread":
+        """The same median with the p10 and p90 ratios raised to `log_factor` around it."""
+        return Spread(self.p50 * (self.p10 / self.p50) ** log_factor, self.p50, self.p50 * (self.p90 / self.p50) ** log_factor)
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """GEMM-like kernel: t = t0 + max(FLOPs / (F eta_max m/(m + m_half)), bytes / (BW eta_m)), where m
+    is the rows per weight matrix (tokens for a dense GEMM, tokens per expert for a grouped GEMM)."""
+
+    t0_s: float
+    eta_max: float
+    m_half: float
+    eta_m: float
+    spread: Spread = Spread()
+
+
+@dataclass(frozen=True)
+class DecodeAttention:
+    """t = t0 + KV bytes / (BW eta_kv) + c x (sequences x query heads) per layer and accelerator."""
+
+    t0_s: float
+    eta_kv: float
+    c_s: float = 0.0
+    spread: Spread = Spread()
+
+
+@dataclass(frozen=True)
+class PrefillAttention:
+    """t = t0 + causal FLOPs / (F_bf16 eta_max s/(s + s_half)) per layer and accelerator, s the context."""
+
+    t0_s: float
+    eta_max: float
+    s_half: float
+    spread: Spread = Spread()
+
+
+@dataclass(frozen=True)
+class Collective:
+    """t = alpha + algorithm bytes / bus bandwidth (ring factors applied by the caller)."""
+
+    alpha_s: float
+    bus_bytes_per_s: float
+    spread: Spread = Spread()
+
+
+@dataclass(frozen=True)
+class AllToAll:
+    """An expert all-to-all phase: t = alpha + bytes / rate (dispatch or combine, within a node)."""
+
+    alpha_s: float
+    bytes_per_s: float
+    spread: Spread = Spread()
+
+
+@dataclass(frozen=True)
+class KernelRates:
+    """Every kernel curve of one accelerator under one engine."""
+
+    accelerator: str
+    engine: Engine
+    source: str
+    gemm: dict[str, Ramp] = field(default_factory=dict)  # by GEMM format: bf16, fp8, fp8_block, fp4
+    moe: dict[str, Ramp] = field(default_factory=dict)  # by expert-weight format
+    attention_decode: dict[str, DecodeAttention] = field(default_factory=dict)  # by KV format
+    attention_prefill: dict[str, PrefillAttention] = field(default_factory=dict)
+    mla_decode: dict[str, DecodeAttention] = field(default_factory=dict)
+    mla_prefill: dict[str, PrefillAttention] = field(default_factory=dict)
+    all_reduce: dict[int, Collective] = field(default_factory=dict)  # the engine's in-domain all-reduce by group size
+    all_to_all: dict[str, dict[str, AllToAll]] = field(default_factory=dict)  # low_latency/normal -> dispatch/combine
+    derived_from: str | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        return self.derived_from is None
+
+    def gemm_curve(self, fmt: str) -> Ramp:
+        return _first(self.gemm, fmt, ("fp8", "bf16"))
+
+    def moe_curve(self, fmt: str) -> Ramp:
+        return _first(self.moe, fmt, ("fp8_block", "fp8", "bf16", "fp4", "mxfp4")) if self.moe else self.gemm_curve(fmt)
+
+    def decode_attention_curve(self, kv_fmt: str, mla: bool) -> DecodeAttention:
+        table = (self.mla_decode or self.attention_decode) if mla else self.attention_decode
+        return _first(table, kv_fmt, ("bf16", "fp8"))
+
+    def prefill_attention_curve(self, kv_fmt: str, mla: bool) -> PrefillAttention:
+        table = (self.mla_prefill or self.attention_prefill) if mla else self.attention_prefill
+        return _first(table, kv_fmt, ("bf16", "fp8"))
+
+    def all_reduce_curve(self, n: int) -> Collective:
+        """The curve measured at the largest group size not above `n` (the smallest one above it if none)."""
+        sizes = sorted(self.all_reduce)
+        below = [s for s in sizes if s <= n]
+        return self.all_reduce[below[-1] if below else sizes[0]]
+
+    def all_to_all_curve(self, mode: str, phase: str) -> AllToAll | None:
+        return self.all_to_all.get(mode, {}).get(phase)
+
+
+def _first(table: dict, key: str, fallbacks: tuple[str, ...]):
+    for k in (key, *fallbacks):
+        if k in table:
+            return table[k]
+    return next(iter(table.values()))
+
+
+# ---------------------------------------------------------------------------------------------
+# The files
+
+
+class _SpreadFields(EdgeModel):
+    spread: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    rows: int | None = None
+
+
+class _RampSpec(_SpreadFields):
+    t0_s: float = Field(ge=0)
+    eta_max: float = Field(gt=0)
+    m_half: float = Field(ge=0)
+    eta_m: float = Field(gt=0)
+
+
+class _DecodeSpec(_SpreadFields):
+    t0_s: float = Field(ge=0)
+    eta_kv: float = Field(gt=0)
+    c_s: float = Field(default=0.0, ge=0)
+
+
+class _PrefillSpec(_SpreadFields):
+    t0_s: float = Field(ge=0)
+    eta_max: float = Field(gt=0)
+    s_half: float = Field(ge=0)
+
+
+class _CollectiveSpec(_SpreadFields):
+    alpha_s: float = Field(ge=0)
+    bus_bytes_per_s: float = Field(gt=0)
+
+
+class _AllToAllSpec(_SpreadFields):
+    alpha_s: float = Field(ge=0)
+    bytes_per_s: float = Field(gt=0)
+    nodes: int | None = None
+
+
+class _EngineSpec(EdgeModel):
+    versions: dict[str, str] = {}
+    gemm: dict[str, _RampSpec] = {}
+    moe: dict[str, _RampSpec] = {}
+    attention_decode: dict[str, _DecodeSpec] = {}
+    attention_prefill: dict[str, _PrefillSpec] = {}
+    mla_decode: dict[str, _DecodeSpec] = {}
+    mla_prefill: dict[str, _PrefillSpec] = {}
+    all_reduce: dict[int, _CollectiveSpec] = {}
+    all_to_all: dict[str, dict[str, _AllToAllSpec]] = {}
+    suspect: list[str] = []
+
+
+class _AcceleratorSpec(EdgeModel):
+    system: str
+    nccl: dict[str, dict[int, _CollectiveSpec]] = {}
+    engines: dict[Engine, _EngineSpec] = {}
+
+
+class _KernelFile(EdgeModel):
+    source: dict[str, str]
+    accelerators: dict[str, _AcceleratorSpec]
+
+
+class _Derivation(EdgeModel):
+    accelerator: str
+    reference: str = Field(description="a calibrated accelerator whose curves are taken")
+    compute_scale: float = Field(default=1.0, gt=0, description="multiplies eta_max of GEMM-like kernels")
+    spread_log_factor: float = Field(ge=1.0, description="widens the reference spreads: p10 and p90 ratios raised to it")
+    basis: str
+
+
+class _DerivationFile(EdgeModel):
+    derivations: list[_Derivation]
+
+
+def _spread(spec: _SpreadFields) -> Spread:
+    return Spread(*spec.spread)
+
+
+def _engine_rates(accel: str, engine: Engine, spec: _EngineSpec, nccl: dict, source: str) -> KernelRates:
+    all_reduce = {n: Collective(c.alpha_s, c.bus_bytes_per_s, _spread(c)) for n, c in (spec.all_reduce or nccl.get("all_reduce", {})).items()}
+    return KernelRates(
+        accelerator=accel, engine=engine, source=source,
+        gemm={k: Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r)) for k, r in spec.gemm.items()},
+        moe={k: Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r)) for k, r in spec.moe.items()},
+        attention_decode={k: DecodeAttention(a.t0_s, a.eta_kv, a.c_s, _spread(a)) for k, a in spec.attention_decode.items()},
+        attention_prefill={k: PrefillAttention(a.t0_s, a.eta_max, a.s_half, _spread(a)) for k, a in spec.attention_prefill.items()},
+        mla_decode={k: DecodeAttention(a.t0_s, a.eta_kv, a.c_s, _spread(a)) for k, a in spec.mla_decode.items()},
+        mla_prefill={k: PrefillAttention(a.t0_s, a.eta_max, a.s_half, _spread(a)) for k, a in spec.mla_prefill.items()},
+        all_reduce=all_reduce,
+        all_to_all={mode: {phase: AllToAll(p.alpha_s, p.bytes_per_s, _spread(p)) for phase, p in phases.items()}
+                    for mode, phases in spec.all_to_all.items()},
+    )
+
+
+def _derive(rates: KernelRates, d: _Derivation) -> KernelRates:
+    """`rates` of the reference part carried to `d.accelerator`: GEMM-like efficiencies scaled, spreads widened."""
+    w = d.spread_log_factor
+
+    def ramp(r: Ramp) -> Ramp:
+        return replace(r, eta_max=r.eta_max * d.compute_scale, spread=r.spread.widened(w))
+
+    def widen(table: dict) -> dict:
+        return {k: replace(v, spread=v.spread.widened(w)) for k, v in table.items()}
+
+    return replace(
+        rates, accelerator=d.accelerator, derived_from=d.reference,
+        source=f"derived from {d.reference} ({rates.source}): {d.basis}",
+        gemm={k: ramp(r) for k, r in rates.gemm.items()}, moe={k: ramp(r) for k, r in rates.moe.items()},
+        attention_decode=widen(rates.attention_decode), attention_prefill=widen(rates.attention_prefill),
+        mla_decode=widen(rates.mla_decode), mla_prefill=widen(rates.mla_prefill), all_reduce=widen(rates.all_reduce),
+        all_to_all={m: widen(p) for m, p in rates.all_to_all.items()},
+    )
+
+
+def _parse(model, path: Path):
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(load_yaml_file(path))
+    except ValidationError as exc:
+        raise PlannerInputError(issues_from_validation_error(exc, str(path))) from None
+
+
+@functools.lru_cache(maxsize=4)
+def _load(directory: Path) -> dict[tuple[str, Engine], KernelRates]:
+    out: dict[tuple[str, Engine], KernelRates] = {}
+    kernels_path = directory / KERNELS_FILE
+    if not kernels_path.exists():
+        return out
+    spec: _KernelFile = _parse(_KernelFile, kernels_path)
+    package = f"{spec.source.get('package', '?')} {spec.source.get('version', '')}".strip()
+    for accel, a in spec.accelerators.items():
+        for engine, e in a.engines.items():
+            versions = ", ".join(f"{k} {v}" for k, v in e.versions.items())
+            out[(accel, engine)] = _engine_rates(accel, engine, e, a.nccl, f"{package}, {a.system} {engine} ({versions})")
+    derivations_path = directory / DERIVATIONS_FILE
+    if derivations_path.exists():
+        for d in _parse(_DerivationFile, derivations_path).derivations:
+            for engine in Engine:
+                if (d.reference, engine) in out and (d.accelerator, engine) not in out:
+                    out[(d.accelerator, engine)] = _derive(out[(d.reference, engine)], d)
+    return out
+
+
+def kernel_rates(accelerator: str, engine: Engine, directory: Path | None = None) -> KernelRates | None:
+    """The curves of `accelerator` under `engine`; an engine without tables there falls back to
+    another engine's (TensorRT-LLM, then SGLang, then vLLM). None when nothing covers the part."""
+    table = _load((directory or data_dir("topologies")).resolve())
+    for e in (engine, Engine.TRTLLM, Engine.SGLANG, Engine.VLLM):
+        if (accelerator, e) in table:
+            return table[(accelerator, e)]
+    return None

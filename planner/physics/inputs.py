@@ -1,0 +1,54 @@
+"""Everything one replica's evaluation needs: model, rack, layout, batch, lengths, formats, serving
+role, prompt cache, engine and step model."""
+
+from dataclasses import dataclass
+
+from planner.hardware.catalog import Overheads, RackType
+from planner.model.architecture import ModelArch
+from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
+from planner.physics.deployment import Layout, Precisions
+from planner.physics.kv_cache import CacheUse
+
+__all__ = ["DEFAULT_PREFILL_CHUNK_TOKENS", "DeploymentInputs"]
+
+# Tokens per forward pass: the default per-step token budget of the engines (TensorRT-LLM
+# max_num_tokens, SGLang chunked_prefill_size, vLLM max_num_batched_tokens), which also packs
+# several short prompts into one prefill pass.
+DEFAULT_PREFILL_CHUNK_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class DeploymentInputs:
+    """Everything one replica's evaluation needs."""
+
+    arch: ModelArch
+    rack: RackType
+    layout: Layout
+    batch_per_replica: int
+    input_tokens: int
+    output_tokens: int
+    precisions: Precisions
+    overheads: Overheads
+    overlap: OverlapPolicy = OverlapPolicy.SERIAL
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
+    notes: tuple[str, ...] = ()  # extra assumptions to state (precision fall-backs, ...)
+    expert_imbalance: float = 1.0  # hottest expert-parallel rank's load over the mean (from the expert placement)
+    redundant_experts_per_rank: int = 0  # extra expert copies each expert-parallel rank holds
+    role: ServingRole = ServingRole.AGGREGATED
+    prefix_cache: CacheUse | None = None  # prompt caching in a KV tier (claim 9)
+    engine: Engine = Engine.TRTLLM  # whose kernels and scheduler the calibrated step model follows
+    step_model: StepModel = StepModel.CALIBRATED
+
+    @property
+    def prefilled_tokens(self) -> float:
+        """Prompt tokens a request needs computed on average: cache hits skip their prefix."""
+        if self.prefix_cache is None:
+            return float(self.input_tokens)
+        return self.input_tokens - self.prefix_cache.hit_rate * self.prefix_cache.prefix_tokens
+
+    @property
+    def expert_slot_factor(self) -> float:
+        """Expert weights an accelerator holds relative to an even split without redundant copies."""
+        if not self.arch.is_moe or self.layout.ep == 1:
+            return 1.0
+        return 1.0 + self.redundant_experts_per_rank * self.layout.ep / self.arch.moe.n_routed_experts
