@@ -61,6 +61,7 @@ def estimate_argv(row: dict, batch: int, json_path: str) -> list[str]:
     for kind in ("weights", "kv", "activations", "compute"):
         argv += [f"--{kind}-precision", row[f"planner_{kind}_precision"]]
     role = "aggregated" if row["planner_mode"] == "static" else row["planner_role"]
+    argv += ["--engine", row["planner_engine"], "--overlap", row["planner_overlap"]]
     return argv + ["--role", role]
 
 

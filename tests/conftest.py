@@ -4,6 +4,7 @@ import pytest
 
 from planner.hardware.catalog import load_hardware_catalog
 from planner.model.catalog import load_model_catalog
+from planner.modes import StepModel
 from planner.physics.deployment import Layout, Precisions
 from planner.physics.estimate import estimate
 from planner.physics.inputs import DeploymentInputs
@@ -22,7 +23,8 @@ def models():
 
 @pytest.fixture(scope="session")
 def run_estimate(hw, models):
-    """run_estimate(model, rack, batch, isl, osl, tp=1, ep=1, pp=1, dp_attn=None, weights=..., ...)"""
+    """run_estimate(model, rack, batch, isl, osl, tp=1, ep=1, pp=1, dp_attn=None, weights=..., ...): the ideal
+    roofline unless step_model= says otherwise (the lecture's claims and the golden numbers are ideal physics)."""
 
     def run(model, rack, batch, isl, osl, *, tp=1, ep=1, pp=1, dp_attn=None, weights="bf16", kv="bf16",
             compute=None, activations="bf16", arch=None, rack_type=None, **kwargs):
@@ -30,6 +32,7 @@ def run_estimate(hw, models):
         weights = Precision(weights)
         fmt = FlopsFormat(compute) if compute else (FlopsFormat.FP8 if weights in (Precision.FP8,) else FlopsFormat.BF16)
         precisions = Precisions(weights, Precision(kv), Precision(activations), fmt)
+        kwargs.setdefault("step_model", StepModel.ROOFLINE)
         inputs = DeploymentInputs(arch or models[model], rack_type or hw.racks[rack], layout, batch, isl, osl, precisions,
                                   hw.overheads, **kwargs)
         return estimate(inputs)

@@ -26,7 +26,7 @@ TOLERANCE = 0.05
 
 GEMM = {"t0_s": 6e-6, "eta_max": 0.75, "m_half": 80.0, "eta_m": 0.8}
 GEMM_FP8 = {"t0_s": 12e-6, "eta_max": 0.55, "m_half": 30.0, "eta_m": 0.7}
-MOE = {"t0_s": 30e-6, "eta_max": 0.25, "m_half": 8.0, "eta_m": 0.7}
+MOE = {"t0_s": 30e-6, "eta_max": 0.25, "m_half": 64.0, "eta_m": 0.7}  # m_half at the fit's floor of 64 tokens per expert
 DECODE = {"t0_s": 10e-6, "eta_kv": 0.7, "c_s": 3e-9}
 PREFILL = {"t0_s": 20e-6, "eta_max": 0.55, "s_half": 1500.0}
 MLA_DECODE = {"t0_s": 15e-6, "eta_kv": 0.75}

@@ -26,7 +26,7 @@ def test_catalog_has_every_required_part(hw):
 
 def test_catalog_values_are_si(hw):
     h100 = hw.accelerators["h100-sxm"]
-    assert h100.hbm_capacity_bytes == 80e9
+    assert h100.hbm_capacity_bytes == 81_559 * 2**20  # nvidia-smi memory.total, not the datasheet's "80 GB"
     assert h100.hbm_bandwidth_bytes_per_s == 3.35e12
     assert h100.dense_flops_per_s["bf16"] == 989.5e12
     assert h100.scale_up_bandwidth_bytes_per_s == 450e9 and h100.scale_out_bandwidth_bytes_per_s == 50e9

@@ -51,7 +51,9 @@ MISTRAL_7B = {  # sliding window on every layer, no layer_types
     "max_position_embeddings": 32768,
 }
 
-ARCH_FIELDS_SKIPPED = {"id", "name", "published", "max_context_tokens"}
+# fp8_block_size: the catalog records the block size of the published fp8 checkpoint, also for models whose
+# own config is bf16 (Qwen3); the importer reads it from an fp8 config only (tested below)
+ARCH_FIELDS_SKIPPED = {"id", "name", "published", "max_context_tokens", "fp8_block_size"}
 
 
 @pytest.mark.parametrize("config, catalog_id", [
@@ -73,6 +75,11 @@ def test_import_mla_with_shared_experts_and_leading_dense_layers():
     assert arch.attention.kind == "mla" and arch.attention.kv_lora_rank == 512
     assert arch.moe.n_shared_experts == 1 and arch.n_moe_layers == 58
     assert arch.native_weights_precision == "fp8"
+
+
+def test_import_reads_the_fp8_block_size():
+    config = {**DEEPSEEK_V3, "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}
+    assert arch_from_spec(spec_from_hf_config(config, "ds")).fp8_block_size == 128
 
 
 def test_import_sliding_window_and_mxfp4_experts():

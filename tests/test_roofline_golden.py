@@ -67,39 +67,41 @@ def test_decode_step_of_llama_8b_on_one_h100(run_estimate):
 
 def test_prefill_and_ttft_of_llama_8b_on_one_h100(run_estimate):
     batch, isl, osl = 32, 1024, 256
-    pairs = isl * (isl + 1) / 2  # causal attention over the whole 1024-token prompt (one chunk)
-    compute_s = (2 * L * PER_LAYER * isl + 2 * VOCAB_MATRIX * 1 + ATTN_FLOPS_PER_CONTEXT_TOKEN * pairs) / F_EFF
+    # The engine's token budget (8192) packs eight whole 1024-token prompts into one prefill pass.
+    packed, tokens = 8, 8192
+    pairs = isl * (isl + 1) / 2  # causal attention over each whole 1024-token prompt
+    compute_s = (2 * L * PER_LAYER * tokens + 2 * VOCAB_MATRIX * packed + ATTN_FLOPS_PER_CONTEXT_TOKEN * pairs * packed) / F_EFF
     weights_s = 2 * ACTIVE / BW_EFF
-    kv_s = isl * KV_PER_TOKEN_BF16 / BW_EFF  # the chunk writes its own cache
-    prefill_s = max(compute_s, weights_s + kv_s)  # 18.3 ms, compute-bound
-    # an aggregated replica prefills batch x isl / osl = 128 prompt tokens in every decode step: an
-    # eighth of the 1024-token chunk's FLOPs and KV traffic ride along with the 32 decode tokens
-    share = batch * isl / osl / isl
+    kv_s = tokens * KV_PER_TOKEN_BF16 / BW_EFF  # the pass writes its own cache
+    prefill_s = max(compute_s, weights_s + kv_s)  # compute-bound
+    # an aggregated replica prefills batch x isl / osl = 128 prompt tokens in every decode step:
+    # 128/8192 of a pass's FLOPs and KV traffic ride along with the 32 decode tokens
+    share = batch * isl / osl / tokens
     mixed_step = max((2 * ACTIVE * batch + ATTN_FLOPS_PER_CONTEXT_TOKEN * 1152 * batch) / F_EFF + share * compute_s,
                      (2 * ACTIVE + batch * 1152 * KV_PER_TOKEN_BF16) / BW_EFF + share * kv_s)
     e = run_estimate("llama-3.1-8b", "hgx-h100", batch, isl, osl)
     assert e.prefill_chunk_step.bound == "compute"
     assert e.prefill_latency_s == pytest.approx(prefill_s, rel=1e-9)
     assert e.prefill_riders_per_step == pytest.approx(128)
-    assert e.tpot_s == pytest.approx(mixed_step, rel=1e-9)  # 7.63 ms: the prompts' FLOPs hide under the weight fetch
+    assert e.tpot_s == pytest.approx(mixed_step, rel=1e-9)  # the prompts' FLOPs hide under the weight fetch
     assert e.queue_wait_s == pytest.approx(2 * mixed_step, rel=1e-9)  # claim 3: two departures
     assert e.sustained_output_tokens_per_s == pytest.approx(batch / mixed_step, rel=1e-9)
     assert e.ttft_s == pytest.approx(prefill_s + 2 * mixed_step, rel=1e-9)
-    assert e.prefill_tokens_per_s == pytest.approx(isl / prefill_s, rel=1e-9)
+    assert e.prefill_tokens_per_s == pytest.approx(tokens / prefill_s, rel=1e-9)
 
 
 def test_memory_of_llama_8b_on_one_h100(run_estimate):
     batch, isl, osl = 32, 1024, 256
     weights = 2 * TOTAL
-    kv = batch * (isl + osl) * KV_PER_TOKEN_BF16  # every sequence reserves its full length
-    layer_activations = 1024 * 2 * (2 * D + 2 * FFN)  # prefill chunk of 1024 tokens, bf16
+    kv = batch * (isl + osl / 2) * 1.10 * KV_PER_TOKEN_BF16  # paged: the mean length (1152) + 10% headroom, under 1280
+    layer_activations = 8192 * 2 * (2 * D + 2 * FFN)  # a prefill pass of 8192 packed tokens, bf16
     logits = batch * VOCAB * 4  # fp32 logits of the decode batch
     reserve = 3_758_096_384  # AIConfigurator other_mem (3.5 GiB); no NCCL buffers for one GPU
     e = run_estimate("llama-3.1-8b", "hgx-h100", batch, isl, osl)
     assert e.memory.weights_bytes == pytest.approx(weights, rel=1e-12)
     assert e.memory.kv_bytes == pytest.approx(kv, rel=1e-12)
     assert e.memory.activations_bytes == pytest.approx(layer_activations + logits + reserve, rel=1e-12)
-    assert e.memory.capacity_bytes == 80e9 and e.memory.fits
+    assert e.memory.capacity_bytes == 81_559 * 2**20 and e.memory.fits  # nvidia-smi: 81,559 MiB
 
 
 def test_step_time_combination_rule():

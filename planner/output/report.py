@@ -59,8 +59,11 @@ def _figures_record(e: Estimate) -> dict:
         "output_tokens_per_s_per_accelerator": e.output_tokens_per_s_per_accelerator,
         "output_tokens_per_s_per_accelerator_range": list(e.output_tokens_per_s_per_accelerator_range),
         "input_tokens_per_s_per_replica": e.sustained_input_tokens_per_s,
+        "input_tokens_per_s_per_replica_range": list(e.input_tokens_per_s_range),
         "decode_only_tokens_per_s_per_replica": e.decode_tokens_per_s,
+        "decode_only_tokens_per_s_per_replica_range": list(e.decode_tokens_per_s_range),
         "prefill_only_tokens_per_s_per_replica": e.prefill_tokens_per_s,
+        "prefill_only_tokens_per_s_per_replica_range": list(e.prefill_tokens_per_s_range),
         "prefill_tokens_per_step": e.prefill_riders_per_step,
         "prompt_cache": None if inp.prefix_cache is None else {
             "tier": inp.prefix_cache.tier.id, "hit_rate": inp.prefix_cache.hit_rate, "prefix_tokens": inp.prefix_cache.prefix_tokens,

@@ -95,6 +95,8 @@ class BatchTable:
     overhead_s: np.ndarray  # pure decode: kernel floors and elementwise work (calibrated model; 0 under the roofline)
     tpot_low_s: np.ndarray  # p10 and p90 of TPOT from the kernel fits' spreads (= tpot_s under the roofline)
     tpot_high_s: np.ndarray
+    decode_low_ratio: np.ndarray  # p10 and p90 of the pure decode step as ratios to it
+    decode_high_ratio: np.ndarray
     serving_step: tuple[np.ndarray, ...]  # the role's step terms x pp (compute, weights, kv, comm, overhead)
     prefill_riders: np.ndarray  # prefill tokens per micro-batch step and stage (aggregated), else 0
     cache_bytes: np.ndarray  # prompt-cache bytes per accelerator (in HBM for the hbm tier, else in its tier)
@@ -255,6 +257,7 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
         batches=batches, compute_s=at(decode.compute, decode_slowest), weights_s=at(decode.weights, decode_slowest),
         kv_s=at(decode.kv, decode_slowest), comm_s=at(decode.comm, decode_slowest), overhead_s=at(decode.overhead, decode_slowest),
         tpot_low_s=tpot * serving.low_ratio[rows, slowest], tpot_high_s=tpot * serving.high_ratio[rows, slowest],
+        decode_low_ratio=decode.low_ratio[rows, decode_slowest], decode_high_ratio=decode.high_ratio[rows, decode_slowest],
         stage_time_s=stage_time, tpot_s=tpot, ttft_s=ttft, queue_s=queue, decode_tokens_per_s=batches / decode_tpot,
         serving_step=tuple(at(term, slowest) for term in serving.as_tuple()), prefill_riders=riders,
         cache_bytes=cache_bytes, cache_in_hbm=cache_in_hbm, cache_fits=cache_fits, storage_usd_per_s=storage, touch=touch,

@@ -82,6 +82,23 @@ class Estimate:
         return (rate * self.tpot_s / high, rate * self.tpot_s / low) if low > 0 else (rate, rate)
 
     @property
+    def input_tokens_per_s_range(self) -> tuple[float, float]:
+        """Sustained prompt tokens/s per replica, p10-p90: from the prefill pass for a prefill replica,
+        else from TPOT (prompts are taken at the pace of the output)."""
+        step = self.prefill_chunk_step if self.inputs.role is ServingRole.PREFILL else self.serving_step
+        return self.sustained_input_tokens_per_s / step.high_ratio, self.sustained_input_tokens_per_s / step.low_ratio
+
+    @property
+    def prefill_tokens_per_s_range(self) -> tuple[float, float]:
+        p = self.prefill_chunk_step
+        return self.prefill_tokens_per_s / p.high_ratio, self.prefill_tokens_per_s / p.low_ratio
+
+    @property
+    def decode_tokens_per_s_range(self) -> tuple[float, float]:
+        d = self.decode_step
+        return self.decode_tokens_per_s / d.high_ratio, self.decode_tokens_per_s / d.low_ratio
+
+    @property
     def usd_per_million_output_tokens_range(self) -> tuple[float, float]:
         low, high = self.tpot_range_s
         cost = self.usd_per_million_output_tokens_all_in
@@ -217,7 +234,8 @@ def estimate(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Estima
     return Estimate(
         inputs=inp,
         links=links,
-        decode_step=_step(t, (t.compute_s, t.weights_s, t.kv_s, t.comm_s, t.overhead_s), inp.overlap),
+        decode_step=_step(t, (t.compute_s, t.weights_s, t.kv_s, t.comm_s, t.overhead_s), inp.overlap,
+                          float(t.decode_low_ratio[0]), float(t.decode_high_ratio[0])),
         prefill_chunk_step=pf,
         serving_step=_step(t, t.serving_step, inp.overlap, low, high),
         tpot_s=tpot,

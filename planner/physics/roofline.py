@@ -78,11 +78,15 @@ def step_total_s(compute_s, weights_s, kv_s, comm_s, overlap: OverlapPolicy = Ov
     """The one combination rule of step terms. Roofline (docs/physics.md): max(t_compute, t_weights +
     t_kv) + t_comm, or the max of all three when communication is overlapped. Calibrated: every
     kernel's time was already attributed to one term, so the terms add up (compute + weights + kv +
-    overhead) + comm, or max(that sum, comm) when two micro-batches overlap communication with
-    compute. Works on floats and numpy arrays alike."""
+    overhead) + comm; with two micro-batches overlapping communication and compute, max(W, C) +
+    min(W, C) / 2 where W is that sum. Works on floats and numpy arrays alike."""
     if model is StepModel.CALIBRATED:
         work = compute_s + weights_s + kv_s + overhead_s
-        return np.maximum(work, comm_s) if overlap is OverlapPolicy.OVERLAPPED else work + comm_s
+        if overlap is not OverlapPolicy.OVERLAPPED:
+            return work + comm_s
+        # two micro-batches take turns: per layer, half of the shorter side cannot hide behind the
+        # other micro-batch's work (the kernels' fixed times, paid by both halves, are not doubled here)
+        return np.maximum(work, comm_s) + np.minimum(work, comm_s) / 2
     memory_s = weights_s + kv_s
     if overlap is OverlapPolicy.OVERLAPPED:
         return np.maximum(np.maximum(compute_s, memory_s), comm_s)

@@ -171,6 +171,8 @@ def enumerate_layouts(arch: ModelArch, rack: RackType, precisions: Precisions, o
                     pp = fewest * 2**k
                     if pp > min(MAX_PIPELINE_STAGES, arch.n_layers):
                         break
+                    if pp > 1 and stage * pp <= max_stage_size:
+                        break  # engines split a model into pipeline stages only past one scale-up domain; inside it they widen TP/EP
                     if max_accelerators is not None and stage * pp > max_accelerators:
                         break
                     yield Layout(tp=tp, ep=ep, pp=pp, dp_attn=dp_attn)

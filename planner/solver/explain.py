@@ -86,6 +86,22 @@ class PlanExplanation:
         return out
 
 
+TERM_NAMES = {"compute": "compute", "weights": "weight fetch", "kv": "KV fetch", "comm": "communication",
+              "overhead": "kernel floors and elementwise work"}
+
+
+def _dominant_sentence(step, what: str) -> str:
+    """The largest term with its share, and the roofline side in words that cannot contradict it."""
+    terms = {"compute": step.compute_s, "weights": step.weights_s, "kv": step.kv_s, "comm": step.comm_s, "overhead": step.overhead_s}
+    top = step.dominant_term
+    head = f"{TERM_NAMES[top]} is the largest term of {what} ({terms[top] / step.total_s:.0%} of {format_seconds(step.total_s)})"
+    if top == "compute" and step.bound == "memory":
+        return head + "; weight and KV fetch together take longer, so the step is memory-bound"
+    if top in ("comm", "overhead"):
+        return head + f"; of compute and memory traffic, {'compute' if step.bound == 'compute' else 'memory'} takes longer"
+    return head + f" ({step.bound}-bound)"
+
+
 def _deployment(result, d) -> DeploymentExplanation:
     c, e = d.candidate, d.estimate
     w = next(w for w in result.problem.workloads if w.name == c.workload)
@@ -94,10 +110,7 @@ def _deployment(result, d) -> DeploymentExplanation:
                                                     rate=format_rate(c.input_tokens_per_s), latency=format_seconds(e.prefill_latency_s))
     prefill = c.role is ServingRole.PREFILL
     step = e.prefill_chunk_step if prefill else e.serving_step
-    share = {"compute": step.compute_s, "weights": step.weights_s, "kv": step.kv_s, "comm": step.comm_s}[step.dominant_term] / step.total_s
-    names = {"compute": "compute", "weights": "weight fetch", "kv": "KV fetch", "comm": "communication"}
-    what = "a prefill chunk" if prefill else "the decode step"
-    dominant = f"{names[step.dominant_term]} dominates {what} ({share:.0%} of {format_seconds(step.total_s)}, {step.bound}-bound)"
+    dominant = _dominant_sentence(step, "a prefill pass" if prefill else "the decode step")
     rack = c.rack_id if c.role is ServingRole.AGGREGATED else f"{c.rack_id} ({c.role})"
     if c.kv_tier is not None:
         held = e.prompt_cache_bytes_per_accelerator
