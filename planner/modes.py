@@ -3,7 +3,7 @@ without importing the physics)."""
 
 from enum import StrEnum
 
-__all__ = ["Engine", "ExportFormat", "OverlapPolicy", "ServingRole", "StepModel"]
+__all__ = ["Confidence", "Engine", "ExportFormat", "OverlapPolicy", "ServingRole", "StepModel"]
 
 
 class OverlapPolicy(StrEnum):
@@ -58,3 +58,14 @@ class StepModel(StrEnum):
 
     CALIBRATED = "calibrated"
     ROOFLINE = "roofline"
+
+
+class Confidence(StrEnum):
+    """Which end of a prediction's range the latency limits are held to when planning.
+
+    median: the calibrated prediction itself (half of real deployments would be slower).
+    high: the slow end of the range (p90 of the kernel fits), so that the limits hold there too.
+    """
+
+    MEDIAN = "median"
+    HIGH = "high"

@@ -184,3 +184,21 @@ def test_bad_explicit_links_are_named(links, switches, message):
     with pytest.raises(ValueError, match=message):
         RackSpec(id="bad", name="bad", accelerator="h100-sxm", accelerators=4,
                  scale_up={"kind": "links", "switches": switches, "links": links})
+
+
+def test_block_quantised_fp8_weights_shard_only_into_whole_blocks(models):
+    """Qwen3-235B's fp8 checkpoint scales 128 x 128 blocks: its 1,536-wide experts cut 8 ways leave
+    192 columns (1.5 blocks), which engines refuse; 4 ways leave 384 (3 blocks). DeepSeek-V3's
+    2,048-wide experts split 16 ways keep 128 (one block) but 32 ways leave 64, and its 18,432-wide dense
+    MLP leaves 576 (4.5 blocks). bf16 weights have no blocks."""
+    from planner.physics.deployment import Layout, Precisions, quantization_issues
+    from planner.precision import FlopsFormat, Precision
+
+    fp8 = Precisions(Precision.FP8, Precision.BF16, Precision.BF16, FlopsFormat.FP8)
+    bf16 = Precisions(Precision.BF16, Precision.BF16, Precision.BF16, FlopsFormat.BF16)
+    qwen, ds = models["qwen3-235b-a22b"], models["deepseek-v3"]
+    assert [i.field for i in quantization_issues(qwen, Layout(tp=8, ep=1, pp=1, dp_attn=1), fp8)] == ["layout.expert_tp"]
+    assert quantization_issues(qwen, Layout(tp=4, ep=1, pp=1, dp_attn=1), fp8) == []
+    assert quantization_issues(qwen, Layout(tp=8, ep=1, pp=1, dp_attn=1), bf16) == []
+    assert quantization_issues(ds, Layout(tp=16, ep=1, pp=1, dp_attn=1), fp8) == []
+    assert [i.field for i in quantization_issues(ds, Layout(tp=32, ep=1, pp=1, dp_attn=1), fp8)] == ["layout.tp", "layout.expert_tp"]

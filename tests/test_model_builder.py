@@ -120,3 +120,21 @@ def test_replica_bounds_never_negative(bad):
     d = data([cand(rate=1000)], demand=1, pools={"r72": RackPool("r72", 72, 0)})
     with expect_infeasible(d):
         pass
+
+
+def test_max_throughput_per_accelerator_combines_pools_as_a_rate_matched_pair():
+    """Without a demand, a prefill pool feeding 4,000 output tokens/s per GPU and a decode pool making
+    1,000/s per GPU serve a request stream at 1 / (1/4000 + 1/1000) = 800 tokens/s per GPU of the pair,
+    not 5,000: the objective counts accelerator-seconds per token, 250 us + 1000 us = 1,250 us. An
+    aggregated candidate at 900/s per GPU (1,111 us) therefore beats the pools."""
+    from planner.modes import ServingRole
+
+    prefill = replace(cand(rate=4000), role=ServingRole.PREFILL)
+    decode = replace(cand(rate=1000), role=ServingRole.DECODE)
+    d = data([prefill, decode], objective=Objective.MAX_THROUGHPUT_PER_ACCELERATOR)
+    with expect_objective(d, 1_250_000):  # ns per output token
+        pass
+    aggregated = cand(rate=900)
+    d = data([prefill, decode, aggregated], objective=Objective.MAX_THROUGHPUT_PER_ACCELERATOR)
+    with expect_objective(d, 1_111_112):  # 1/900 s rounded up to whole ns
+        pass

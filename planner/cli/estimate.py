@@ -16,7 +16,7 @@ from planner.hardware.catalog import HardwareCatalog, load_hardware_catalog
 from planner.model.catalog import load_model_catalog
 from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
 from planner.output.report import estimate_record, render_estimate
-from planner.physics.deployment import Layout, layout_issues
+from planner.physics.deployment import Layout, layout_issues, quantization_issues
 from planner.physics.estimate import estimate
 from planner.physics.inputs import DEFAULT_PREFILL_CHUNK_TOKENS, DeploymentInputs
 from planner.physics.kv_cache import cache_use, tiers_for
@@ -102,6 +102,9 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
              "activations": args.activations_precision, "compute": args.compute_precision}
     spec = PrecisionSpec(**(spec.model_dump() | {k: v for k, v in flags.items() if v is not None}))
     precisions, notes = resolve_precisions(spec, arch, rack.accelerator, field_name="--compute-precision")
+    issues = [InputIssue("--tp" if i.field.endswith(".tp") else "--ep", i.problem, i.fix) for i in quantization_issues(arch, layout, precisions)]
+    if issues:
+        raise PlannerInputError(issues)
     return DeploymentInputs(
         arch=arch, rack=rack, layout=layout, batch_per_replica=args.batch,
         input_tokens=args.isl or isl, output_tokens=args.osl or osl, precisions=precisions,

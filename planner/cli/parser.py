@@ -4,7 +4,14 @@ command names its handler as 'module:function', imported only when the command r
 import argparse
 
 from planner import __version__
-from planner.modes import Engine, ExportFormat, OverlapPolicy, ServingRole, StepModel
+from planner.modes import (
+    Confidence,
+    Engine,
+    ExportFormat,
+    OverlapPolicy,
+    ServingRole,
+    StepModel,
+)
 from planner.precision import Precision
 
 __all__ = ["build_parser", "positive", "rl_factor"]
@@ -74,6 +81,9 @@ def _add_solve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-limit", type=positive(float), default=None, help="CP-SAT time limit in seconds (default: the problem's)")
     p.add_argument("--seed", type=int, default=None, help="CP-SAT random seed (default: the problem's)")
     p.add_argument("--workers", type=positive(int), default=None, help="CP-SAT worker threads (default: the problem's)")
+    p.add_argument("--confidence", choices=[c.value for c in Confidence], default=None,
+                   help="high: plan so that TPOT and TTFT limits hold at the slow end (p90) of the predictions' range "
+                        "(default: the problem's, median)")
     p.set_defaults(handler="planner.cli.plans:solve_command")
 
 

@@ -17,6 +17,7 @@ from planner.cli.common import (
     write_text,
 )
 from planner.errors import InputIssue, PlannerInputError
+from planner.modes import Confidence
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import load_problem
 
@@ -28,7 +29,10 @@ def solve_command(args: argparse.Namespace, console: Console) -> int:
     from planner.solver.solve import solve
 
     path = resolve_problem_path(args.problem)
-    resolved = resolve_problem(load_problem(path), base_dir=path.parent, source=str(path))
+    problem = load_problem(path)
+    if getattr(args, "confidence", None):
+        problem = problem.model_copy(update={"solver": problem.solver.model_copy(update={"confidence": Confidence(args.confidence)})})
+    resolved = resolve_problem(problem, base_dir=path.parent, source=str(path))
     with console.status("enumerating candidates and solving...") as status:
         result = solve(resolved, time_limit_s=args.time_limit, seed=args.seed, workers=args.workers,
                        progress=lambda text: status.update(f"evaluating {text}"))

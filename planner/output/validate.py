@@ -14,7 +14,12 @@ import numpy as np
 
 from planner.model.architecture import kv_bytes_per_sequence
 from planner.modes import ServingRole
-from planner.physics.deployment import Layout, Precisions, layout_issues
+from planner.physics.deployment import (
+    Layout,
+    Precisions,
+    layout_issues,
+    quantization_issues,
+)
 from planner.physics.estimate import estimate
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.kv_cache import cache_use
@@ -70,6 +75,10 @@ def _inputs(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]
     p = d["precisions"]
     precisions = Precisions(Precision(p["weights"]), Precision(p["kv_cache"]), Precision(p["activations"]),
                             FlopsFormat(p["compute"]), Precision(p["expert_weights"]))
+    blocks = quantization_issues(model.arch, layout, precisions, field=where)
+    out.extend(Violation(i.field, i.problem) for i in blocks)
+    if blocks:
+        return None
     options = resolved.problem.solver
     imbalance, redundant = _expert_figures(resolved, model, layout, d.get("expert_map"), where, out)
     role = ServingRole(d.get("role", "aggregated"))

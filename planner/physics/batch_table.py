@@ -119,6 +119,11 @@ class BatchTable:
     kernel_source: str  # where the calibrated rates come from ("" under the roofline)
 
     @property
+    def ttft_high_s(self) -> np.ndarray:
+        """p90 of TTFT: the waiting part scales with the step's range, the prefill with the pass's."""
+        return self.queue_s * self.tpot_high_s / self.tpot_s + (self.ttft_s - self.queue_s) * self.prefill_step.high_ratio
+
+    @property
     def used_bytes(self) -> np.ndarray:
         return self.weights_bytes + self.kv_bytes + self.activations_bytes + (self.cache_bytes if self.cache_in_hbm else 0.0)
 

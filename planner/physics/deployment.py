@@ -9,7 +9,7 @@ from planner.errors import InputIssue
 from planner.model.architecture import AttentionKind, ModelArch
 from planner.precision import FlopsFormat, Precision, bytes_per_value
 
-__all__ = ["Layout", "Precisions", "layout_issues", "stage_of_layer"]
+__all__ = ["Layout", "Precisions", "layout_issues", "quantization_issues", "stage_of_layer"]
 
 
 @dataclass(frozen=True, order=True)
@@ -118,6 +118,27 @@ def layout_issues(arch: ModelArch, layout: Layout, batch_per_replica: int, field
         issues.append(InputIssue(f"{field}.batch", f"batch {batch_per_replica} does not split into pp x dp_attn = "
                                  f"{layout.pp * layout.dp_attn} equal micro-batches",
                                  f"use a multiple of {layout.pp * layout.dp_attn}"))
+    return issues
+
+
+def quantization_issues(arch: ModelArch, layout: Layout, precisions: Precisions, field: str = "layout") -> list[InputIssue]:
+    """Shards that block-quantised fp8 weights cannot be cut into: every tensor-parallel slice of an
+    fp8 checkpoint with square scaling blocks must hold whole blocks (the engines refuse others)."""
+    block = arch.fp8_block_size
+    if not block:
+        return []
+    issues = []
+    checks = [("tp", layout.tp, arch.dense_intermediate_size, "dense MLP", precisions.weights)]
+    if arch.is_moe:
+        checks.append(("expert_tp", layout.expert_tp, arch.moe.expert_intermediate_size, "expert MLP",
+                       precisions.expert_weights or precisions.weights))
+    for name, ways, width, what, weights in checks:
+        if weights is not Precision.FP8 or not width or ways == 1:
+            continue
+        if width % ways or (width // ways) % block:
+            issues.append(InputIssue(f"{field}.{name}", f"the {what} width {width} split {ways} ways is not a whole number of "
+                                     f"{block}-wide fp8 scaling blocks", f"shard it into at most {width // block} slices of whole blocks "
+                                     f"({name} = {ways} now; expert_tp = tp x dp_attn / ep), or use bf16 weights"))
     return issues
 
 

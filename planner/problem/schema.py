@@ -25,7 +25,7 @@ from planner.hardware.specs import (
     RackSpec,
 )
 from planner.model.catalog import ModelSpec
-from planner.modes import Engine, OverlapPolicy, StepModel
+from planner.modes import Confidence, Engine, OverlapPolicy, StepModel
 from planner.precision import Precision
 from planner.schema import CatalogId, EdgeModel
 
@@ -215,6 +215,7 @@ class SolverOptions(EdgeModel):
     overlap: OverlapPolicy = Field(default=OverlapPolicy.SERIAL, description="serial: comm adds to the step; overlapped: hidden")
     max_batch_per_replica: int = Field(default=65536, ge=1, description="largest decode batch (sequences) to consider")
     prefill_chunk_tokens: int = Field(default=8192, ge=64, description="tokens per forward pass (the engine's token budget): short prompts are packed into one prefill pass, long ones chunked")
+    confidence: Confidence = Field(default=Confidence.MEDIAN, description="median: latency limits hold for the calibrated prediction; high: they hold at the slow end (p90) of its range")
     step_model: StepModel = Field(default=StepModel.CALIBRATED, description="calibrated: kernel rates measured for the engine (what it reaches); roofline: the ideal bound")
     max_replicas: int = Field(default=4096, ge=1, description="largest replica count per deployment")
 

@@ -17,9 +17,14 @@ import numpy as np
 
 from planner.hardware.catalog import Overheads, RackType
 from planner.model.architecture import ModelArch, kv_bytes_per_sequence, param_counts
-from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
+from planner.modes import Confidence, Engine, OverlapPolicy, ServingRole, StepModel
 from planner.physics.cost import usd_per_million_tokens
-from planner.physics.deployment import Layout, Precisions, layout_issues
+from planner.physics.deployment import (
+    Layout,
+    Precisions,
+    layout_issues,
+    quantization_issues,
+)
 from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
 from planner.physics.kv_cache import CacheUse, tiers_for
 from planner.physics.links import default_replica_links, kv_handoff_s
@@ -45,6 +50,7 @@ class CandidateSettings:
     redundant_experts_per_rank: int = 0
     engine: Engine = Engine.TRTLLM
     step_model: StepModel = StepModel.CALIBRATED
+    confidence: Confidence = Confidence.MEDIAN
 
 
 @dataclass(frozen=True)
@@ -193,20 +199,21 @@ class _Limits:
     inbound_bytes_per_s: float | None = None  # NIC capacity for KV arriving at a decode replica
     kv_per_request_bytes: float = 0.0
     output_tokens: int = 1
+    slow_end: bool = False  # hold the latency limits at the p90 of the prediction's range
 
 
-def _limits(workload: ResolvedWorkload, role: ServingRole, nic_bytes_per_s: float, kv_bytes: float) -> _Limits:
+def _limits(workload: ResolvedWorkload, role: ServingRole, nic_bytes_per_s: float, kv_bytes: float, slow_end: bool = False) -> _Limits:
     if role is ServingRole.DECODE:  # TTFT is checked on prefill-decode pairs
-        return _Limits(workload.tpot_limit_s, None, nic_bytes_per_s, kv_bytes, workload.output_tokens)
-    return _Limits(workload.tpot_limit_s, workload.ttft_limit_s)
+        return _Limits(workload.tpot_limit_s, None, nic_bytes_per_s, kv_bytes, workload.output_tokens, slow_end)
+    return _Limits(workload.tpot_limit_s, workload.ttft_limit_s, slow_end=slow_end)
 
 
 def _checks(table: BatchTable, limits: _Limits) -> list[tuple[str, np.ndarray]]:
     checks = [("hbm", table.fits)]
     if limits.tpot_s is not None:
-        checks.append(("tpot", table.tpot_s <= limits.tpot_s))
+        checks.append(("tpot", (table.tpot_high_s if limits.slow_end else table.tpot_s) <= limits.tpot_s))
     if limits.ttft_s is not None:
-        checks.append(("ttft", table.ttft_s <= limits.ttft_s))
+        checks.append(("ttft", (table.ttft_high_s if limits.slow_end else table.ttft_s) <= limits.ttft_s))
     if limits.inbound_bytes_per_s is not None:
         inbound = table.sustained_output_tokens_per_s / limits.output_tokens * limits.kv_per_request_bytes
         checks.append(("nic", inbound <= limits.inbound_bytes_per_s))
@@ -300,7 +307,7 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
     accel = rack.accelerator
     for layout in enumerate_layouts(arch, rack, precisions, overheads, max_stage, max_accelerators):
         analysis.layouts_tried += 1
-        if layout_issues(arch, layout, layout.pp * layout.dp_attn):
+        if layout_issues(arch, layout, layout.pp * layout.dp_attn) or quantization_issues(arch, layout, precisions):
             analysis.reject("invalid")
             continue
         spread = arch.is_moe and layout.ep > 1
@@ -354,7 +361,7 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
                      notes: tuple[str, ...], handoff: tuple[float, float], analysis: RackAnalysis) -> list[Candidate] | str:
     """The layout's candidates in one role, or the reason it has none."""
     layout = inp.layout
-    limits = _limits(workload, inp.role, handoff[1], handoff[0])
+    limits = _limits(workload, inp.role, handoff[1], handoff[0], settings.confidence is Confidence.HIGH)
     if inp.role is ServingRole.PREFILL:  # one candidate: the prompts of one micro-batch per stage in flight
         table = evaluate_batches(inp, [layout.pp * layout.dp_attn])
         analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(table.used_bytes[0]))

@@ -273,10 +273,13 @@ def accelerators_used(v: PlanVars, data: PlanningData) -> cp_model.LinearExpr:
     return cp_model.LinearExpr.weighted_sum(v.replicas, [c.accelerators for c in data.candidates])
 
 
-def throughput_per_accelerator(v: PlanVars, data: PlanningData) -> cp_model.LinearExpr:
-    """Sum over workloads of the chosen candidate's milli-tokens/s per accelerator."""
-    rates = [_scaled(c.output_tokens_per_s_per_accelerator, THROUGHPUT_RESOLUTION, round_up=False) for c in data.candidates]
-    return cp_model.LinearExpr.weighted_sum(v.used, rates)
+def accelerator_time_per_token(v: PlanVars, data: PlanningData) -> cp_model.LinearExpr:
+    """Sum over workloads of the accelerator-nanoseconds one output token takes on the chosen
+    candidates: the inverse of throughput per accelerator, and additive, so that a prefill pool
+    and a decode pool combine as 1/r_prefill + 1/r_decode (a rate-matched pair) instead of adding
+    their per-accelerator rates."""
+    times = [_scaled(1.0 / c.output_tokens_per_s_per_accelerator, TIME_RESOLUTION_S, round_up=True) for c in data.candidates]
+    return cp_model.LinearExpr.weighted_sum(v.used, times)
 
 
 def tpot_sum(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> cp_model.LinearExpr:
@@ -298,7 +301,7 @@ def primary_objective(model: cp_model.CpModel, v: PlanVars, data: PlanningData) 
     if data.objective is Objective.MAX_THROUGHPUT_PER_ACCELERATOR:
         if data.has_demand:
             return accelerators_used(v, data), 1.0, "accelerators"
-        return -throughput_per_accelerator(v, data), -THROUGHPUT_RESOLUTION, "output tokens/s per accelerator (sum over workloads)"
+        return accelerator_time_per_token(v, data), TIME_RESOLUTION_S, "accelerator-seconds per output token (sum over workloads)"
     if data.has_demand:
         return fleet_cost(v, data), USD_RESOLUTION, "USD per hour"
     return token_cost(v, data), USD_RESOLUTION, "USD per million output tokens (sum over workloads)"

@@ -123,7 +123,8 @@ def _objective(data: PlanningData, chosen: dict[int, int]) -> int:
     if data.objective is Objective.MAX_THROUGHPUT_PER_ACCELERATOR:
         if data.has_demand:
             return sum(cands[j].accelerators * r for j, r in chosen.items())
-        return -sum(_scaled(cands[j].output_tokens_per_s_per_accelerator, THROUGHPUT_RESOLUTION, round_up=False) for j in chosen)
+        # accelerator-seconds per output token, summed (a prefill-decode pair adds its two pools' times)
+        return sum(_scaled(1.0 / cands[j].output_tokens_per_s_per_accelerator, TIME_RESOLUTION_S, round_up=True) for j in chosen)
     if data.has_demand:
         return sum(_scaled(cands[j].usd_per_hour, USD_RESOLUTION, round_up=True) * r for j, r in chosen.items())
     return sum(_scaled(cands[j].usd_per_million_output_tokens, USD_RESOLUTION, round_up=True) for j in chosen)

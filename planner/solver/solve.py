@@ -142,7 +142,7 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
     ladder = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
     settings = CandidateSettings(problem.solver.overlap, problem.solver.prefill_chunk_tokens, problem.solver.max_batch_per_replica,
                                  problem.cluster.allow_spanning_domains, ladder, problem.placement.redundant_experts_per_rank,
-                                 problem.engine, problem.solver.step_model)
+                                 problem.engine, problem.solver.step_model, problem.solver.confidence)
     imbalance = imbalance if imbalance is not None else expert_imbalance_functions(resolved)
     analyses: dict[tuple[str, str], RackAnalysis] = {}
     shared: dict[tuple, RackAnalysis] = {}
