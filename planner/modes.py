@@ -3,7 +3,7 @@ without importing the physics)."""
 
 from enum import StrEnum
 
-__all__ = ["Confidence", "Engine", "ExportFormat", "OverlapPolicy", "ServingRole", "StepModel"]
+__all__ = ["BatchLimit", "Confidence", "Engine", "ExportFormat", "OverlapPolicy", "ServingRole", "StepModel", "StepTerm"]
 
 
 class OverlapPolicy(StrEnum):
@@ -69,3 +69,25 @@ class Confidence(StrEnum):
 
     MEDIAN = "median"
     HIGH = "high"
+
+
+class StepTerm(StrEnum):
+    """The terms a step's time is split into (the calibrated model adds the kernels' fixed times)."""
+
+    COMPUTE = "compute"
+    WEIGHTS = "weights"
+    KV = "kv"
+    COMM = "comm"
+    OVERHEAD = "overhead"
+
+
+class BatchLimit(StrEnum):
+    """What stopped a candidate's batch from growing (or why it has the batch it has)."""
+
+    HBM = "hbm"
+    TPOT = "tpot"
+    TTFT = "ttft"
+    NIC = "nic"  # a decode replica's NICs cannot take in its requests' KV caches any faster
+    MAX_BATCH = "max_batch"  # solver.max_batch_per_replica
+    LADDER = "ladder"  # a smaller batch kept for latency objectives and frontiers
+    PREFILL = "prefill"  # a prefill replica: its batch is the prompts it holds

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from planner.modes import OverlapPolicy, StepModel
+from planner.modes import OverlapPolicy, StepModel, StepTerm
 
 __all__ = [
     "FLOPS_PER_PARAM_PER_TOKEN",
@@ -58,9 +58,10 @@ class StepTime(NamedTuple):
         return self.total_s * self.low_ratio, self.total_s * self.high_ratio
 
     @property
-    def dominant_term(self) -> str:
+    def dominant_term(self) -> StepTerm:
         """The single largest term: compute, weights, kv, comm or (calibrated) overhead."""
-        terms = {"compute": self.compute_s, "weights": self.weights_s, "kv": self.kv_s, "comm": self.comm_s, "overhead": self.overhead_s}
+        terms = {StepTerm.COMPUTE: self.compute_s, StepTerm.WEIGHTS: self.weights_s, StepTerm.KV: self.kv_s,
+                 StepTerm.COMM: self.comm_s, StepTerm.OVERHEAD: self.overhead_s}
         return max(terms, key=terms.__getitem__)
 
     @property

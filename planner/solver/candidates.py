@@ -17,7 +17,15 @@ import numpy as np
 
 from planner.hardware.catalog import Overheads, RackType
 from planner.model.architecture import ModelArch, kv_bytes_per_sequence, param_counts
-from planner.modes import Confidence, Engine, OverlapPolicy, ServingRole, StepModel
+from planner.modes import (
+    BatchLimit,
+    Confidence,
+    Engine,
+    OverlapPolicy,
+    ServingRole,
+    StepModel,
+    StepTerm,
+)
 from planner.physics.cost import usd_per_million_tokens
 from planner.physics.deployment import (
     Layout,
@@ -70,8 +78,8 @@ class Candidate:
     output_tokens_per_s: float  # sustained per replica, prefill included
     usd_per_hour: float  # per replica
     hbm_fill_fraction: float
-    dominant_term: str
-    batch_limit: str  # what stopped the batch growing: hbm, tpot, ttft, nic or max_batch (or 'ladder', 'prefill')
+    dominant_term: StepTerm
+    batch_limit: BatchLimit  # what stopped the batch growing
     spans_domains: bool  # a tensor or expert group crosses scale-up domains (its traffic at scale-out speed)
     notes: tuple[str, ...] = ()
     role: ServingRole = ServingRole.AGGREGATED
@@ -227,12 +235,12 @@ def _feasible(table: BatchTable, limits: _Limits) -> np.ndarray:
     return ok
 
 
-def _limit_reason(table: BatchTable, limits: _Limits, index: int) -> str:
+def _limit_reason(table: BatchTable, limits: _Limits, index: int) -> BatchLimit:
     """Which constraint the batch after `index` violates (the one that stopped the batch growing)."""
     for name, passed in _checks(table, limits):
         if not passed[index]:
-            return name
-    return "max_batch"
+            return BatchLimit(name)
+    return BatchLimit.MAX_BATCH
 
 
 def _largest_feasible_batch(inp: DeploymentInputs, workload: _Limits, table: BatchTable,
@@ -246,7 +254,7 @@ def _largest_feasible_batch(inp: DeploymentInputs, workload: _Limits, table: Bat
         return None
     last = int(np.flatnonzero(ok)[-1])
     if last == len(grid) - 1:
-        return table, last, "max_batch"
+        return table, last, BatchLimit.MAX_BATCH
     lo, hi = int(grid[last]) // q, int(grid[last + 1]) // q  # multiples of q: lo feasible, hi not
     reason = _limit_reason(table, workload, last + 1)
     while hi - lo > 1:
@@ -281,7 +289,7 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
         output_tokens_per_s=output_rate,
         usd_per_hour=inp.rack.accelerator.price_usd_per_hour * inp.layout.n_accelerators + float(table.storage_usd_per_s[i]) * SECONDS_PER_HOUR,
         hbm_fill_fraction=float(table.used_bytes[i] / table.capacity_bytes),
-        dominant_term=max(step, key=step.__getitem__),
+        dominant_term=StepTerm(max(step, key=step.__getitem__)),
         batch_limit=reason,
         spans_domains=spans,
         notes=notes,
@@ -369,7 +377,7 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
             return "hbm"
         if limits.ttft_s is not None and table.ttft_s[0] > limits.ttft_s:
             return "ttft"
-        return [_candidate(inp, workload, table, 0, "prefill", spans, notes, handoff)]
+        return [_candidate(inp, workload, table, 0, BatchLimit.PREFILL, spans, notes, handoff)]
     grid = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica))
     analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
     if not grid.fits[0]:
@@ -383,5 +391,5 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
     out = [_candidate(inp, workload, table, best, reason, spans, notes, handoff)]
     if settings.keep_batch_ladder:
         ladder = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, int(table.batches[best])))
-        out += [_candidate(inp, workload, ladder, int(i), "ladder", spans, notes, handoff) for i in np.flatnonzero(_feasible(ladder, limits))]
+        out += [_candidate(inp, workload, ladder, int(i), BatchLimit.LADDER, spans, notes, handoff) for i in np.flatnonzero(_feasible(ladder, limits))]
     return out
