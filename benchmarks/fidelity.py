@@ -62,6 +62,7 @@ def estimate_argv(row: dict, batch: int, json_path: str) -> list[str]:
         argv += [f"--{kind}-precision", row[f"planner_{kind}_precision"]]
     role = "aggregated" if row["planner_mode"] == "static" else row["planner_role"]
     argv += ["--engine", row["planner_engine"], "--overlap", row["planner_overlap"]]
+    argv += ["--redundant-experts", row.get("planner_redundant_experts") or "0"]
     return argv + ["--role", role]
 
 

@@ -111,3 +111,22 @@ def test_schema_and_catalog(capsys, tmp_path):
     assert remote["first_byte_latency_s"] == 0.050 and remote["cost"] == "0.023 USD per GB-month"
     assert main(["catalog", "kv-tiers"]) == 0
     assert "S3_STANDARD" in capsys.readouterr().out
+
+
+def test_redundant_expert_slots_make_ep72_of_256_experts_expressible(tmp_path, capsys, models):
+    """SGLang's EP72 decode pool holds 256 experts + 32 redundant copies: 288 slots, 4 per GPU. Without
+    the redundant slots 256 does not split over 72 ranks, and the message says how many to add. Each GPU
+    then holds 4 experts' weights per MoE layer: 288/256 of an even 72-way split."""
+    from planner.model.architecture import param_counts
+
+    base = ["estimate", "--model", "deepseek-v3", "--rack", "hgx-h100", "--ep", "72", "--dp-attn", "72", "--batch", "18432",
+            "--isl", "2000", "--osl", "1", "--role", "decode", "--weights-precision", "fp8", "--kv-precision", "fp8"]
+    assert main(base) == 2
+    assert "add 32 redundant experts (288 slots, 4 per rank)" in capsys.readouterr().err
+    out = tmp_path / "ep72.json"
+    assert main(base + ["--redundant-experts", "32", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    counts = param_counts(models["deepseek-v3"])
+    dense_per_gpu = counts.total - counts.layers_routed_total  # attention, dense layers, shared experts, embeddings: on every rank
+    expected = dense_per_gpu + counts.layers_routed_total * 288 / 256 / 72  # fp8: one byte per weight
+    assert record["memory_bytes_per_accelerator"]["weights"] == pytest.approx(expected, rel=0.01)

@@ -95,7 +95,7 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         rack = hardware.racks[rack_id]
     layout = Layout(tp=args.tp, ep=args.ep, pp=args.pp, dp_attn=args.dp_attn) if args.dp_attn else Layout.with_default_dp_attn(args.tp, args.ep, args.pp)
     issues = [InputIssue(_FLAG_OF_FIELD.get(i.field, i.field), i.problem, i.fix.replace("dp_attn", "--dp-attn"))
-              for i in layout_issues(arch, layout, args.batch)]
+              for i in layout_issues(arch, layout, args.batch, redundant_experts=args.redundant_experts)]
     if issues:
         raise PlannerInputError(issues)
     flags = {"weights": args.weights_precision, "kv_cache": args.kv_precision,
@@ -110,6 +110,7 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         input_tokens=args.isl or isl, output_tokens=args.osl or osl, precisions=precisions,
         overheads=hardware.overheads, overlap=OverlapPolicy(args.overlap), prefill_chunk_tokens=args.prefill_chunk or DEFAULT_PREFILL_CHUNK_TOKENS, notes=notes,
         role=ServingRole(args.role), prefix_cache=cache, engine=Engine(args.engine or d.engine), step_model=StepModel(args.step_model),
+        redundant_experts=args.redundant_experts if layout.ep > 1 else 0, expert_imbalance=args.expert_imbalance,
     )
 
 

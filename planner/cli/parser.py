@@ -49,6 +49,10 @@ def _add_estimate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pp", type=int, default=1, help="pipeline stages")
     p.add_argument("--dp-attn", type=int, default=None, help="attention data-parallel ranks per stage (default: ep/tp when ep > tp)")
     p.add_argument("--batch", type=int, help="sequences in flight per replica (all micro-batches)")
+    p.add_argument("--redundant-experts", type=int, default=0,
+                   help="extra expert slots over the expert-parallel group (hot-expert copies), e.g. 32 for 256 experts on EP72")
+    p.add_argument("--expert-imbalance", type=float, default=1.0,
+                   help="the hottest expert-parallel rank's load over the mean (1.0: even; `planner solve` measures it from the placement)")
     p.add_argument("--isl", type=int, help="input (prompt) tokens per request (default 2048, or the problem's)")
     p.add_argument("--osl", type=int, help="output tokens per request (default 256, or the problem's)")
     precisions = [p.value for p in Precision]

@@ -82,7 +82,8 @@ class Precisions:
         return bytes_per_value(self.activations)
 
 
-def layout_issues(arch: ModelArch, layout: Layout, batch_per_replica: int, field: str = "layout") -> list[InputIssue]:
+def layout_issues(arch: ModelArch, layout: Layout, batch_per_replica: int, field: str = "layout",
+                  redundant_experts: int = 0) -> list[InputIssue]:
     """Every reason `layout` cannot serve `arch` with this batch (empty list: the layout is valid)."""
     issues = []
     att = arch.attention
@@ -104,9 +105,13 @@ def layout_issues(arch: ModelArch, layout: Layout, batch_per_replica: int, field
             issues.append(InputIssue(f"{field}.dp_attn", "attention data parallelism only pays for MoE models",
                                      "use dp_attn=1 and more replicas instead"))
     else:
-        if arch.moe.n_routed_experts % layout.ep:
-            issues.append(InputIssue(f"{field}.ep", f"{arch.moe.n_routed_experts} experts do not split evenly over ep={layout.ep}",
-                                     "use an ep that divides the expert count"))
+        slots = arch.moe.n_routed_experts + redundant_experts
+        if slots % layout.ep:
+            spare = -slots % layout.ep
+            issues.append(InputIssue(f"{field}.ep", f"{slots} expert slots do not split evenly over ep={layout.ep}",
+                                     f"use an ep that divides the expert count, or add {spare} redundant experts "
+                                     f"({arch.moe.n_routed_experts + redundant_experts + spare} slots, "
+                                     f"{(slots + spare) // layout.ep} per rank)"))
         if layout.stage_size % layout.ep:
             issues.append(InputIssue(f"{field}.ep", f"ep={layout.ep} does not divide the stage's {layout.stage_size} accelerators (tp x dp_attn)",
                                      "make tp * dp_attn a multiple of ep"))

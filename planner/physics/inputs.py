@@ -9,12 +9,20 @@ from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
 from planner.physics.deployment import Layout, Precisions
 from planner.physics.kv_cache import CacheUse
 
-__all__ = ["DEFAULT_PREFILL_CHUNK_TOKENS", "DeploymentInputs"]
+__all__ = ["DEFAULT_PREFILL_CHUNK_TOKENS", "DeploymentInputs", "expert_slots"]
 
 # Tokens per forward pass: the default per-step token budget of the engines (TensorRT-LLM
 # max_num_tokens, SGLang chunked_prefill_size, vLLM max_num_batched_tokens), which also packs
 # several short prompts into one prefill pass.
 DEFAULT_PREFILL_CHUNK_TOKENS = 8192
+
+
+def expert_slots(n_experts: int, ep: int, redundant_per_rank: int = 0, redundant_total: int = 0) -> int:
+    """Expert slots over an expert-parallel group of `ep` ranks: every expert once plus the redundant
+    copies, given per rank or as a total (then experts + total must split evenly over the ranks)."""
+    if ep <= 1:
+        return n_experts
+    return n_experts + (redundant_total if redundant_total else redundant_per_rank * ep)
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class DeploymentInputs:
     prefix_cache: CacheUse | None = None  # prompt caching in a KV tier (claim 9)
     engine: Engine = Engine.TRTLLM  # whose kernels and scheduler the calibrated step model follows
     step_model: StepModel = StepModel.CALIBRATED
+    redundant_experts: int = 0  # extra expert slots over the whole EP group (SGLang's --ep-num-redundant-experts), instead of per rank
 
     @property
     def prefilled_tokens(self) -> float:
@@ -51,4 +60,5 @@ class DeploymentInputs:
         """Expert weights an accelerator holds relative to an even split without redundant copies."""
         if not self.arch.is_moe or self.layout.ep == 1:
             return 1.0
-        return 1.0 + self.redundant_experts_per_rank * self.layout.ep / self.arch.moe.n_routed_experts
+        experts = self.arch.moe.n_routed_experts
+        return expert_slots(experts, self.layout.ep, self.redundant_experts_per_rank, self.redundant_experts) / experts
