@@ -33,7 +33,8 @@ raw = json.loads(json.dumps(solve_record(planned)["problem_spec"]))
 del raw["workloads"][0]["prefix_cache"]
 uncached = solve(resolve_problem(parse_problem(raw)), explain=False)
 tiers = sorted({d.candidate.kv_tier for d in planned.deployments})
-print(f"fleet with the prompt cache (in {', '.join(tiers)}): ${planned.usd_per_hour:,.1f}/h; without: ${uncached.usd_per_hour:,.1f}/h")
+without = f"${uncached.usd_per_hour:,.1f}/h" if uncached.has_plan else f"no plan fits the same fleet ({uncached.status})"
+print(f"fleet with the prompt cache (in {', '.join(tiers)}): ${planned.usd_per_hour:,.1f}/h; without: {without}")
 reading = read_prices(load_price_sheet(Path(__file__).parent / "prices" / "claude-sonnet.yaml"), active_params=1e11)
 for line in reading.lines[-3:]:
     print(line)

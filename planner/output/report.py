@@ -138,7 +138,9 @@ def _step_table(title: str, step: StepTime) -> Table:
         rule = "sum of kernel times + comm" if step.overlap == "serial" else "max(sum of kernel times, comm)"
     low, high = step.range_s
     span = f"; range {format_seconds(low)}-{format_seconds(high)}" if high > low else ""
-    table.add_row("[bold]step[/bold]", f"[bold]{format_seconds(total)}[/bold]", "", f"{step.bound}-bound; {rule} = {format_seconds(total)}{span}")
+    other = "memory" if step.bound == "compute" else "compute"
+    side = f"{step.bound}-bound" if step.dominant_term in ("compute", "weights", "kv") else f"{step.bound} exceeds {other}"
+    table.add_row("[bold]step[/bold]", f"[bold]{format_seconds(total)}[/bold]", "", f"{side}; {rule} = {format_seconds(total)}{span}")
     return table
 
 

@@ -134,7 +134,7 @@ def _curve_rows(curve: BatchCurve, max_rows: int = 14) -> list[int]:
 def render_curve(curve: BatchCurve, console: Console) -> None:
     t = curve.table
     table = Table(title=f"Cost and TPOT against batch: {curve.model} on {curve.rack_id}, {curve.layout.describe()}", title_justify="left")
-    for name in ("batch", "$/M out", "TPOT", "compute", "weights", "KV", "comm", "HBM", "note"):
+    for name in ("batch", "$/M out", "TPOT", "compute", "weights", "KV", "comm", "overhead", "HBM", "note"):
         table.add_column(name, justify="left" if name == "note" else "right")
     for i in _curve_rows(curve):
         b = int(t.batches[i])
@@ -159,7 +159,7 @@ def render_curve(curve: BatchCurve, console: Console) -> None:
 def curve_csv(curve: BatchCurve) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["batch", "usd_per_million_output_tokens", "tpot_ms", "compute_ms", "weights_ms", "kv_ms", "comm_ms", "hbm_fill", "fits_hbm"])
+    writer.writerow(["batch", "usd_per_million_output_tokens", "tpot_ms", "compute_ms", "weights_ms", "kv_ms", "comm_ms", "overhead_ms", "hbm_fill", "fits_hbm"])
     t = curve.table
     for i, b in enumerate(t.batches):
         writer.writerow([int(b), f"{curve.usd_per_million_output_tokens[i]:.6g}", f"{t.tpot_s[i] / MS:.6g}", *(f"{term[i] / MS:.6g}" for term in t.serving_step),
