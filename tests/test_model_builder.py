@@ -138,3 +138,15 @@ def test_max_throughput_per_accelerator_combines_pools_as_a_rate_matched_pair():
     d = data([prefill, decode, aggregated], objective=Objective.MAX_THROUGHPUT_PER_ACCELERATOR)
     with expect_objective(d, 1_111_112):  # 1/900 s rounded up to whole ns
         pass
+
+
+def test_without_demand_pools_are_rate_matched():
+    """No demand: a decode replica making 2,500 tokens/s needs ceil(2500 / 1000) = 3 prefill replicas
+    that each feed 1,000 (one prefill and one decode replica would starve the decode pool)."""
+    from planner.modes import ServingRole
+    from planner.solver.search import solve_data
+
+    prefill = replace(cand(rate=1000, usd=1), role=ServingRole.PREFILL)
+    decode = replace(cand(rate=2500, usd=1), role=ServingRole.DECODE)
+    raw = solve_data(data([prefill, decode]), time_limit_s=10, seed=0, workers=1)
+    assert raw.status == "OPTIMAL" and raw.chosen == {0: 3, 1: 1}

@@ -137,9 +137,13 @@ def replica_bound(data: PlanningData, j: int) -> int:
     """No plan needs more replicas of a candidate than to serve its workload's demand alone."""
     c = data.candidates[j]
     demand = data.demand_tokens_per_s.get(c.workload)
-    if demand is None:
+    if demand is None and c.role is not ServingRole.PREFILL:
         return 1
-    bound = math.ceil(demand / c.output_tokens_per_s)
+    if demand is None:  # prefill replicas feeding one decode replica, whichever decode candidate it is
+        fed = max((_rate(data, q) for q in data.candidates_of(c.workload, ServingRole.DECODE)), default=0)
+        bound = -(-fed // max(_rate(data, j), 1))
+    else:
+        bound = math.ceil(demand / c.output_tokens_per_s)
     pool = data.pools.get(c.rack_id)
     if pool is not None and pool.count is not None:
         kind, size = rack_items(c, pool)
@@ -210,8 +214,8 @@ def add_demand(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None
 
 
 def add_one_deployment_per_workload(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None:
-    """Without a demand, each workload gets one replica of one aggregated candidate, or one prefill
-    and one decode replica (cost per token)."""
+    """Without a demand, each workload gets one replica of one aggregated candidate (cost per token),
+    or one decode replica and enough prefill replicas to keep it fed: a rate-matched pair."""
     for w in data.workloads:
         if data.demand_tokens_per_s[w] is not None:
             continue
@@ -221,6 +225,18 @@ def add_one_deployment_per_workload(model: cp_model.CpModel, v: PlanVars, data: 
         model.add(aggregated + mode == 1).only_enforce_if(literal)
         for role in (ServingRole.PREFILL, ServingRole.DECODE):
             model.add(cp_model.LinearExpr.sum([v.used[j] for j in data.candidates_of(w, role)]) == mode).only_enforce_if(literal)
+        decodes, prefills = data.candidates_of(w, ServingRole.DECODE), data.candidates_of(w, ServingRole.PREFILL)
+        for q in decodes:
+            model.add(v.replicas[q] == v.used[q])
+        if decodes and prefills:
+            made = cp_model.LinearExpr.weighted_sum([v.replicas[q] for q in decodes], [_rate(data, q) for q in decodes])
+            fed = cp_model.LinearExpr.weighted_sum([v.replicas[p] for p in prefills], [_rate(data, p) for p in prefills])
+            model.add(fed >= made).only_enforce_if(literal)
+
+
+def _rate(data: PlanningData, j: int) -> int:
+    """A candidate's output tokens per second (for a prefill replica: the tokens its prompts feed), scaled."""
+    return _scaled(data.candidates[j].output_tokens_per_s, THROUGHPUT_RESOLUTION, round_up=False)
 
 
 def add_rack_budget(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None:

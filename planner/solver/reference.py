@@ -66,6 +66,17 @@ def _pool_vectors(data: PlanningData, workload: str, role: ServingRole, limit: i
     return vectors
 
 
+def _matched_pairs(data: PlanningData, workload: str) -> Iterator[dict[int, int]]:
+    """Without a demand: every prefill-decode pair within the TTFT limit, one decode replica fed by
+    the fewest prefill replicas whose rate covers its rate (rates in the model's scaled integers)."""
+    bad = set(data.split_pairs_over_ttft(workload))
+    rate = lambda j: _scaled(data.candidates[j].output_tokens_per_s, THROUGHPUT_RESOLUTION, round_up=False)
+    for p in data.candidates_of(workload, ServingRole.PREFILL):
+        for q in data.candidates_of(workload, ServingRole.DECODE):
+            if (p, q) not in bad and rate(p) > 0:
+                yield {p: -(-rate(q) // rate(p)), q: 1}
+
+
 def _workload_vectors(data: PlanningData, workload: str, limit: int) -> Iterator[dict[int, int]]:
     """Every minimal plan for one workload: aggregated replicas alone, or a prefill pool and a
     decode pool (each minimal) with no prefill-decode pair over the TTFT limit."""
@@ -73,6 +84,9 @@ def _workload_vectors(data: PlanningData, workload: str, limit: int) -> Iterator
     if forced is not True:
         yield from _minimal_vectors(data, workload, data.candidates_of(workload, ServingRole.AGGREGATED))
     if forced is False:
+        return
+    if data.demand_tokens_per_s[workload] is None:  # one decode replica and the prefill replicas that feed it
+        yield from _matched_pairs(data, workload)
         return
     prefill = _pool_vectors(data, workload, ServingRole.PREFILL, limit)
     decode = _pool_vectors(data, workload, ServingRole.DECODE, limit)
