@@ -203,3 +203,16 @@ def test_confidence_high_holds_the_limits_at_the_slow_end_of_the_range(tmp_path)
         assert d["tpot_s_range"][1] <= 0.050 * (1 + 1e-9) and d["ttft_s_range"][1] <= 2.0 * (1 + 1e-9)
     assert any(d["tpot_s_range"][1] > 0.050 for d in plans["median"]["deployments"])
     assert plans["high"]["fleet"]["usd_per_hour"] >= plans["median"]["fleet"]["usd_per_hour"] * (1 - 1e-9)
+
+
+def test_a_layout_cheaper_per_token_but_not_chosen_says_what_ruled_it_out(solved):
+    """deepseek-v3-wide-ep-skewed: EP64 is the cheapest layout per token, but one EP64 replica (64 GB200s
+    at $4.50/h = $288/h) makes more than twice the 60k tokens/s asked for, while one EP32 replica
+    (32 x $4.50 = $144/h) covers it: the explanation names the rounding, not a vague rejection."""
+    _, result = solved["deepseek-v3-wide-ep-skewed"]
+    cheaper = [r for r in result.explanation.racks if r.relative_to_chosen is not None and r.relative_to_chosen < 1]
+    assert cheaper and all(r.not_chosen_because for r in cheaper)
+    (r,) = cheaper
+    assert r.not_chosen_because.startswith("whole replicas round the demand up")
+    assert "$288/h" in r.not_chosen_because and "$144/h" in r.not_chosen_because
+    assert result.usd_per_hour == pytest.approx(32 * 4.50)

@@ -47,6 +47,7 @@ class RackComparison:
     best: str  # best layout on this rack type, or why there is none
     usd_per_million_output_tokens: float | None
     relative_to_chosen: float | None
+    not_chosen_because: str = ""  # when it is cheaper per token than the plan: what ruled it out
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ class PlanExplanation:
         for r in self.racks:
             if r.relative_to_chosen is not None:
                 out.append(f"{r.workload} on {r.rack}: best is {r.best} at {format_usd(r.usd_per_million_output_tokens)}/M output "
-                           f"tokens ({r.relative_to_chosen:.2f}x the plan's blended cost for {r.workload})")
+                           f"tokens ({r.relative_to_chosen:.2f}x the plan's blended cost for {r.workload})"
+                           + (f"; not chosen: {r.not_chosen_because}" if r.not_chosen_because else ""))
             else:
                 out.append(f"{r.workload} on {r.rack}: {r.best}")
         if self.alternative is not None and self.alternative.ties:
@@ -173,7 +175,8 @@ def _room_for_replicas(result, workload: str) -> list[str]:
         per_rack = pool.domain_size // c.stage_size
         replicas = pool.count * per_rack // c.stages
         lines.append(f"{workload}: one replica is planned (cost per token does not depend on the count); "
-                     f"{pool.count} x {c.rack_id} hold {replicas} such replicas, {format_rate(replicas * c.output_tokens_per_s)} output tokens")
+                     f"{pool.count} x {c.rack_id} {'holds' if pool.count == 1 else 'hold'} {replicas} such "
+                     f"{'replica' if replicas == 1 else 'replicas'}, {format_rate(replicas * c.output_tokens_per_s)} output tokens")
     return lines
 
 
@@ -195,30 +198,51 @@ def _racks(result) -> list[RackComparison]:
             if best is None:
                 comparisons.append(RackComparison(w.name, rack_id, "only one of the prefill and decode roles fits", None, None))
                 continue
-            text, cost = best
+            text, cost, candidate = best
             relative = cost / reference if reference else None
-            comparisons.append(RackComparison(w.name, rack_id, text, cost, relative))
+            why = _ruled_out(result, w, candidate, chosen) if relative is not None and relative < 1 - 1e-9 else ""
+            comparisons.append(RackComparison(w.name, rack_id, text, cost, relative, why))
     return comparisons
 
 
-def _best_per_token(candidates) -> tuple[str, float] | None:
+def _ruled_out(result, workload, candidate, chosen) -> str:
+    """Why a layout cheaper per token than the plan was not used: whole replicas round the demand up,
+    the fleet's racks cannot hold enough of them, or (without a demand) the pairing of pools."""
+    demand = result.data.demand_tokens_per_s.get(workload.name)
+    plan_usd_per_hour = sum(d.usd_per_hour for d in chosen)
+    parts = candidate if isinstance(candidate, tuple) else (candidate,)
+    if demand is None:
+        pair = " or its prefill-decode pairing breaks the TTFT limit" if len(parts) > 1 else ""
+        return f"its replicas do not fit the fleet's racks beside the other workloads{pair}"
+    counts = [math.ceil(demand / c.output_tokens_per_s) for c in parts]
+    fleet = sum(n * c.usd_per_hour for n, c in zip(counts, parts, strict=True))
+    if fleet >= plan_usd_per_hour * (1 - 1e-9):
+        what = " + ".join(f"{n} x {format_rate(c.output_tokens_per_s)}" for n, c in zip(counts, parts, strict=True))
+        return (f"whole replicas round the demand up: {what} for {format_rate(demand)} costs {format_usd(fleet)}/h "
+                f"against the plan's {format_usd(plan_usd_per_hour)}/h")
+    accelerators = sum(n * c.accelerators for n, c in zip(counts, parts, strict=True))
+    pair = " (or its prefill-decode pairing breaks the TTFT limit)" if len(parts) > 1 else ""
+    return f"{accelerators} accelerators at {format_usd(fleet)}/h do not fit the fleet's racks beside the other deployments{pair}"
+
+
+def _best_per_token(candidates) -> tuple[str, float, object] | None:
     """The cheapest way per output token to serve a workload on one rack type: an aggregated
     candidate, or the cheapest prefill plus the cheapest decode candidate (their pairing TTFT aside)."""
     options = []
     for c in candidates:
         if c.role is ServingRole.AGGREGATED:
-            options.append((c.usd_per_million_output_tokens, f"{c.layout.describe()}, batch {c.batch} ({c.batch_limit}-bound)"))
+            options.append((c.usd_per_million_output_tokens, f"{c.layout.describe()}, batch {c.batch} ({c.batch_limit}-bound)", c))
     prefill = [c for c in candidates if c.role is ServingRole.PREFILL]
     decode = [c for c in candidates if c.role is ServingRole.DECODE]
     if prefill and decode:
         p = min(prefill, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
         q = min(decode, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
         options.append((p.usd_per_million_output_tokens + q.usd_per_million_output_tokens,
-                        f"prefill {p.layout.describe()} + decode {q.layout.describe()}, batch {q.batch} ({q.batch_limit}-bound)"))
+                        f"prefill {p.layout.describe()} + decode {q.layout.describe()}, batch {q.batch} ({q.batch_limit}-bound)", (p, q)))
     if not options:
         return None
-    cost, text = min(options)
-    return text, cost
+    cost, text, candidate = min(options, key=lambda o: (o[0], o[1]))
+    return text, cost, candidate
 
 
 def _alternative(result, time_limit_s: float, seed: int, workers: int) -> Alternative | None:
