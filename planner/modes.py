@@ -3,7 +3,7 @@ without importing the physics)."""
 
 from enum import StrEnum
 
-__all__ = ["BatchLimit", "Confidence", "Engine", "ExportFormat", "OverlapPolicy", "ServingRole", "StepModel", "StepTerm"]
+__all__ = ["BatchLimit", "Confidence", "ConstraintFamily", "FamilyKind", "Engine", "ExportFormat", "OverlapPolicy", "ServingRole", "StepModel", "StepTerm"]
 
 
 class OverlapPolicy(StrEnum):
@@ -91,3 +91,30 @@ class BatchLimit(StrEnum):
     MAX_BATCH = "max_batch"  # solver.max_batch_per_replica
     LADDER = "ladder"  # a smaller batch kept for latency objectives and frontiers
     PREFILL = "prefill"  # a prefill replica: its batch is the prompts it holds
+
+
+class FamilyKind(StrEnum):
+    """Kinds of constraint family an infeasibility explanation can name."""
+
+    DEMAND = "demand"
+    RACKS = "racks"
+    SERVE = "serve"
+    TTFT = "ttft"
+    TPOT = "tpot"
+    HBM = "hbm"
+    LIMITS = "limits"
+    COST_CAP = "cost_cap"
+
+
+class ConstraintFamily(str):
+    """A constraint family and what it is about, e.g. demand of workload 'chat'. It prints (and
+    compares) as "demand[chat]", and carries `kind` and `subject` so that nothing parses the text."""
+
+    kind: FamilyKind
+    subject: str
+
+    def __new__(cls, kind: FamilyKind | str, subject: str = "") -> "ConstraintFamily":
+        kind = FamilyKind(kind)
+        family = super().__new__(cls, f"{kind}[{subject}]" if subject else str(kind))
+        family.kind, family.subject = kind, subject
+        return family

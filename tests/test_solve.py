@@ -125,6 +125,7 @@ def test_infeasible_demand_against_racks_names_both_with_numbers():
     assert result.status == "INFEASIBLE" and not result.deployments
     (conflict,) = result.infeasibility.conflicts
     assert conflict.families == ("demand[chat]", "racks[hgx-h100]")
+    assert [(f.kind, f.subject) for f in conflict.families] == [("demand", "chat"), ("racks", "hgx-h100")]  # fields, not parsed text
     assert "20k/s" in conflict.message and "32 accelerators" in conflict.message
     fix = next(r for r in conflict.relax if "count" in r)
     needed = int(fix.rsplit(" ", 1)[1])

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from ortools.sat.python import cp_model
 
 from planner.model.architecture import param_counts
+from planner.modes import ConstraintFamily, FamilyKind
 from planner.precision import bytes_per_value
 from planner.solver.candidates import pair_ttft_s
 from planner.solver.model_builder import PlanningData, RackPool, build_model
@@ -25,7 +26,7 @@ SEARCH_TIME_LIMIT_S = 2.0
 
 @dataclass(frozen=True)
 class Conflict:
-    families: tuple[str, ...]
+    families: tuple[ConstraintFamily, ...]
     message: str
     relax: tuple[str, ...]
 
@@ -59,7 +60,7 @@ def _workload_alone(result, workload_name: str) -> Conflict | None:
         rack = racks[a.rack_id]
         domain = rack.n_accelerators * rack.accelerator.hbm_capacity_bytes
         if a.rejected.get("hbm", 0) == a.layouts_tried - a.rejected.get("invalid", 0):
-            families.add("hbm")
+            families.add(ConstraintFamily(FamilyKind.HBM))
             if math.isfinite(a.min_hbm_need_bytes):
                 need = f"the smallest need is {format_bytes(a.min_hbm_need_bytes)} per accelerator against {format_bytes(a.hbm_capacity_bytes)}"
             else:  # no layout was worth evaluating: the weights alone overflow every split the fleet allows
@@ -70,17 +71,17 @@ def _workload_alone(result, workload_name: str) -> Conflict | None:
                          f"{format_bytes(_weights_bytes(result, workload_name))} and one scale-up domain holds {format_bytes(domain)}")
             relax.append("use racks with a larger scale-up domain, narrower weights (fp8/fp4), or cluster.allow_spanning_domains: true")
         elif w.tpot_limit_s is not None and a.min_tpot_s > w.tpot_limit_s:
-            families.add(f"tpot[{workload_name}]")
+            families.add(ConstraintFamily(FamilyKind.TPOT, workload_name))
             lines.append(f"on {a.rack_id}: the fastest layout that fits HBM decodes at {format_seconds(a.min_tpot_s)} per token, "
                          f"over the {format_seconds(w.tpot_limit_s)} TPOT limit")
             relax.append(f"raise workloads[{workload_name}].tpot_limit_ms to at least {math.ceil(a.min_tpot_s * 1e3)}")
         elif w.ttft_limit_s is not None and a.min_ttft_s > w.ttft_limit_s:
-            families.add(f"ttft[{workload_name}]")
+            families.add(ConstraintFamily(FamilyKind.TTFT, workload_name))
             lines.append(f"on {a.rack_id}: the fastest first token takes {format_seconds(a.min_ttft_s)}, over the "
                          f"{format_seconds(w.ttft_limit_s)} TTFT limit")
             relax.append(f"raise workloads[{workload_name}].ttft_limit_ms to at least {math.ceil(a.min_ttft_s * 1e3)}")
         else:
-            families.add("limits")
+            families.add(ConstraintFamily(FamilyKind.LIMITS))
             lines.append(f"on {a.rack_id}: every layout breaks a limit ({', '.join(f'{k}: {n}' for k, n in sorted(a.rejected.items()))})")
     message = f"workload '{workload_name}' cannot be served by any rack type:\n      " + "\n      ".join(lines)
     return Conflict(tuple(sorted(families)), message, tuple(dict.fromkeys(relax)))
@@ -100,7 +101,7 @@ def _solve_with_assumptions(data: PlanningData, families: list[str] | None, pres
     return status, solver, {lit.index: name for name, lit in literals.items()}
 
 
-def conflicting_families(data: PlanningData) -> list[str]:
+def conflicting_families(data: PlanningData) -> list[ConstraintFamily]:
     """An irreducible set of constraint families that cannot hold together (empty if feasible)."""
     status, solver, by_index = _solve_with_assumptions(data, None)
     if status != cp_model.INFEASIBLE:
@@ -154,11 +155,11 @@ def _racks_needed(data: PlanningData, rack_id: str) -> int | None:
     return hi
 
 
-def _coupled_conflict(result, families: list[str]) -> Conflict:
+def _coupled_conflict(result, families: list[ConstraintFamily]) -> Conflict:
     data = result.data
     lines, relax = [], []
     for family in families:
-        kind, name = family.split("[", 1)[0], family.partition("[")[2].rstrip("]")
+        kind, name = family.kind, family.subject
         if kind == "demand":
             best = max((c.output_tokens_per_s_per_accelerator, c.rack_id) for c in data.candidates if c.workload == name)
             demand = data.demand_tokens_per_s[name]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.modes import ServingRole
+from planner.modes import ConstraintFamily, FamilyKind, ServingRole
 from planner.placement.packing import aligned_free_blocks, stage_kind
 from planner.problem.schema import Objective
 from planner.solver.candidates import Candidate, pair_ttft_s
@@ -122,7 +122,7 @@ class PlanVars:
     roles: dict[int, ServingRole] = field(default_factory=dict)  # candidate -> role (for hints)
     workload_of: dict[int, str] = field(default_factory=dict)
 
-    def literal(self, family: str) -> cp_model.IntVar:
+    def literal(self, family: ConstraintFamily) -> cp_model.IntVar:
         """Enforcement literal of a constraint family (created on first use)."""
         if family not in self.families:
             self.families[family] = self.model.new_bool_var(family)
@@ -188,7 +188,7 @@ def add_serving_modes(model: cp_model.CpModel, v: PlanVars, data: PlanningData) 
         for j in split:
             model.add(v.used[j] <= mode)
         for p, q in data.split_pairs_over_ttft(w):
-            model.add(v.used[p] + v.used[q] <= 1).only_enforce_if(v.literal(f"ttft[{w}]"))
+            model.add(v.used[p] + v.used[q] <= 1).only_enforce_if(v.literal(ConstraintFamily(FamilyKind.TTFT, w)))
 
 
 def add_demand(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None:
@@ -200,7 +200,7 @@ def add_demand(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None
         if demand is None:
             continue
         need = _scaled(demand, THROUGHPUT_RESOLUTION, round_up=True)
-        literal = v.literal(f"demand[{w}]")
+        literal = v.literal(ConstraintFamily(FamilyKind.DEMAND, w))
         makers = data.candidates_of(w, ServingRole.AGGREGATED) + data.candidates_of(w, ServingRole.DECODE)
         rates = [_scaled(data.candidates[j].output_tokens_per_s, THROUGHPUT_RESOLUTION, round_up=False) for j in makers]
         _check_linear(rates, [replica_bound(data, j) for j in makers], f"demand[{w}]")
@@ -219,7 +219,7 @@ def add_one_deployment_per_workload(model: cp_model.CpModel, v: PlanVars, data: 
     for w in data.workloads:
         if data.demand_tokens_per_s[w] is not None:
             continue
-        literal = v.literal(f"serve[{w}]")
+        literal = v.literal(ConstraintFamily(FamilyKind.SERVE, w))
         mode = v.split[w]
         aggregated = cp_model.LinearExpr.sum([v.used[j] for j in data.candidates_of(w, ServingRole.AGGREGATED)])
         model.add(aggregated + mode == 1).only_enforce_if(literal)
@@ -251,7 +251,7 @@ def add_rack_budget(model: cp_model.CpModel, v: PlanVars, data: PlanningData) ->
         items = {j: rack_items(data.candidates[j], pool) for j in js}
         whole = cp_model.LinearExpr.weighted_sum([v.replicas[j] for j in js if items[j][0] == "racks"],
                                                  [data.candidates[j].stages * items[j][1] for j in js if items[j][0] == "racks"])
-        literal = v.literal(f"racks[{rack_id}]")
+        literal = v.literal(ConstraintFamily(FamilyKind.RACKS, rack_id))
         model.add(whole <= pool.perfect).only_enforce_if(literal)
         for size in sorted({s for kind, s in items.values() if kind == "slots"}):
             big = [j for j in js if items[j][0] == "slots" and items[j][1] >= size]
@@ -264,7 +264,7 @@ def add_cost_cap(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> No
     """The fleet's cost per hour stays under the cap (objective min_tpot)."""
     if data.cost_cap_usd_per_hour is None:
         return
-    model.add(fleet_cost(v, data) <= _scaled(data.cost_cap_usd_per_hour, USD_RESOLUTION, round_up=False)).only_enforce_if(v.literal("cost_cap"))
+    model.add(fleet_cost(v, data) <= _scaled(data.cost_cap_usd_per_hour, USD_RESOLUTION, round_up=False)).only_enforce_if(v.literal(ConstraintFamily(FamilyKind.COST_CAP)))
 
 
 def add_exclusions(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> None:
