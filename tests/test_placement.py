@@ -408,3 +408,24 @@ def test_previous_plan_mistakes_name_the_field(tmp_path):
         resolve_problem(parse_problem(base | {"placement": {"previous_plan": str(tmp_path / "junk.json")}}))
     with pytest.raises(PlannerInputError, match="give placement.previous_plan"):
         parse_problem(base | {"placement": {"max_expert_moves_per_layer": 3}})
+
+
+def test_plans_load_through_the_typed_plan(plans, tmp_path, capsys):
+    """check, export and view load a plan through its pydantic model: a hand edit that breaks the
+    structure (a fractional replica index) or a plan of another format version is refused with the
+    field and the fix (exit 2) before any reader runs, and `planner schema --plan` prints the schema."""
+    _, record, _ = plans["custom-cluster-degraded-hgx"]
+    bad = json.loads(json.dumps(record))
+    bad["deployments"][0]["placement"][0]["replica"] = 0.5
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    for command in ("check", "view", "export"):
+        assert main([command, str(path)]) == 2
+        assert "deployments[0].placement[0].replica" in capsys.readouterr().err
+    newer = json.loads(json.dumps(record)) | {"format_version": 2}
+    path.write_text(json.dumps(newer))
+    assert main(["check", str(path)]) == 2
+    assert "version 2 is not supported" in capsys.readouterr().err
+    assert main(["schema", "--plan"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert {"deployments", "problem_spec", "format_version"} <= set(schema["properties"])

@@ -20,7 +20,11 @@ __all__ = ["catalog_command", "catalog_record", "schema_command"]
 
 
 def schema_command(args: argparse.Namespace, console: Console) -> int:
-    if args.markdown:
+    if getattr(args, "plan", False):
+        from planner.output.plan import plan_json_schema
+
+        text = json.dumps(plan_json_schema(), indent=2)
+    elif args.markdown:
         from planner.problem.schema_doc import schema_markdown
 
         text = schema_markdown().rstrip("\n")

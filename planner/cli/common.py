@@ -86,11 +86,9 @@ def load_plan(text: str) -> tuple[dict, Path]:
     except json.JSONDecodeError as exc:
         raise PlannerInputError(InputIssue(text, f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}",
                                            "pass the JSON written by `planner solve --json`")) from None
-    if not isinstance(record, dict) or record.get("format") != "llm-deployment-plan":
-        raise PlannerInputError(InputIssue(text, "not a plan written by `planner solve --json`", "solve a problem with --json PATH first"))
-    if record.get("format_version") != 1:
-        raise PlannerInputError(InputIssue(f"{text}: format_version", f"version {record.get('format_version')} is not supported",
-                                           "re-solve the problem with this planner version"))
+    from planner.output.plan import parse_plan
+
+    parse_plan(record, text)  # the structure every reader relies on, or the field and the fix
     if not record.get("deployments"):
         raise PlannerInputError(InputIssue(f"{text}: deployments", f"the plan has no deployments (status {record.get('status')})",
                                            "solve a feasible problem first"))

@@ -197,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_economics(sub)
     schema = sub.add_parser("schema", help="print the JSON Schema of problem files (or a Markdown reference)")
     schema.add_argument("--markdown", action="store_true", help="the field reference as Markdown tables (as in the README)")
+    schema.add_argument("--plan", action="store_true", help="the JSON Schema of plan files (planner solve --json) instead")
     schema.add_argument("-o", "--output", help="write to a file instead of standard output")
     schema.set_defaults(handler="planner.cli.catalog:schema_command")
     cal = sub.add_parser("calibrate", help="fit the kernel-rate curves of the step model to measured kernel tables",
