@@ -88,6 +88,7 @@ class Candidate:
     input_tokens_per_s: float = 0.0  # prompt tokens per second per replica it prefills (or, decoding, receives)
     kv_handoff_bytes: float = 0.0  # prompt KV cache one request carries from a prefill to a decode replica
     nic_bytes_per_s: float = 0.0  # the replica's scale-out bandwidth for that hand-off (achievable)
+    inputs: DeploymentInputs | None = field(default=None, compare=False, repr=False)  # the evaluated deployment (its batch)
 
     @property
     def accelerators(self) -> int:
@@ -299,6 +300,7 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
         input_tokens_per_s=float(table.sustained_input_tokens_per_s[i]),
         kv_handoff_bytes=handoff[0],
         nic_bytes_per_s=handoff[1],
+        inputs=replace(inp, batch_per_replica=int(table.batches[i])),
     )
 
 

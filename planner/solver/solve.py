@@ -10,14 +10,12 @@ or, when nothing is feasible, explains why.
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.model.expert_loads import synthetic_profile
 from planner.modes import ServingRole
 from planner.physics.cost import usd_per_million_tokens
 from planner.physics.estimate import Estimate, estimate
-from planner.physics.inputs import DeploymentInputs
-from planner.physics.kv_cache import cache_use
 from planner.placement.experts import ExpertPlacement, place_experts
 from planner.placement.fleet import PlacementFailed, place_plan
 from planner.problem.resolve import ResolvedModel, ResolvedProblem
@@ -228,15 +226,10 @@ def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int
     for j, replicas in sorted(chosen.items(), key=lambda item: (data.candidates[item[0]].workload, data.candidates[item[0]].sort_key())):
         c = data.candidates[j]
         model = resolved.models[c.model_key]
-        workload = next(w for w in resolved.workloads if w.name == c.workload)
         experts = _expert_placement(resolved, model, c, problem.placement)
-        inputs = DeploymentInputs(model.arch, resolved.hardware.racks[c.rack_id], c.layout, c.batch, workload.input_tokens,
-                                  workload.output_tokens, c.precisions, resolved.hardware.overheads, problem.solver.overlap,
-                                  problem.solver.prefill_chunk_tokens, c.notes,
-                                  experts.imbalance if experts else 1.0,
-                                  problem.placement.redundant_experts_per_rank if experts else 0, c.role,
-                                  cache_use(workload.prefix_cache, c.kv_tier, resolved.hardware.racks[c.rack_id].accelerator),
-                                  problem.engine, problem.solver.step_model)
+        # the deployment the enumeration evaluated, with the expert load its placement measured
+        inputs = replace(c.inputs, expert_imbalance=experts.imbalance if experts else 1.0,
+                         redundant_experts_per_rank=problem.placement.redundant_experts_per_rank if experts else 0)
         deployments.append(Deployment(c, replicas, estimate(inputs), experts))
     return deployments
 
