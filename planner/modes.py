@@ -3,7 +3,7 @@ without importing the physics)."""
 
 from enum import StrEnum
 
-__all__ = ["BatchLimit", "Confidence", "ConstraintFamily", "FamilyKind", "Engine", "ExportFormat", "OverlapPolicy", "ServingRole", "StepModel", "StepTerm"]
+__all__ = ["BatchLimit", "Confidence", "ConstraintFamily", "FamilyKind", "ServingMode", "Engine", "ExportFormat", "OverlapPolicy", "ServingRole", "StepModel", "StepTerm"]
 
 
 class OverlapPolicy(StrEnum):
@@ -118,3 +118,12 @@ class ConstraintFamily(str):
         family = super().__new__(cls, f"{kind}[{subject}]" if subject else str(kind))
         family.kind, family.subject = kind, subject
         return family
+
+
+class ServingMode(StrEnum):
+    """How a workload is served: aggregated replicas, separate prefill and decode pools, or the
+    cheaper of the two as the solver finds it."""
+
+    AGGREGATED = "aggregated"
+    DISAGGREGATED = "disaggregated"
+    AUTO = "auto"

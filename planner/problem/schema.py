@@ -25,7 +25,7 @@ from planner.hardware.specs import (
     RackSpec,
 )
 from planner.model.catalog import ModelSpec
-from planner.modes import Confidence, Engine, OverlapPolicy, StepModel
+from planner.modes import Confidence, Engine, OverlapPolicy, ServingMode, StepModel
 from planner.precision import Precision
 from planner.schema import CatalogId, EdgeModel
 
@@ -188,8 +188,8 @@ class WorkloadSpec(EdgeModel):
     ttft_limit_ms: float | None = Field(default=None, gt=0, description="time-to-first-token limit, milliseconds")
     tpot_limit_ms: float | None = Field(default=None, gt=0, description="time-per-output-token limit, milliseconds")
     prefix_cache: PrefixCacheSpec | None = Field(default=None, description="prompt caching (claim 9); omit for none")
-    serving: Literal["aggregated", "disaggregated", "auto"] = Field(
-        default="aggregated", description="aggregated replicas (prefill rides in the decode steps), separate prefill and decode "
+    serving: ServingMode = Field(
+        default=ServingMode.AGGREGATED, description="aggregated replicas (prefill rides in the decode steps), separate prefill and decode "
                                           "pools, or auto: the solver picks the cheaper and says by how much")
 
     @model_validator(mode="after")
