@@ -160,7 +160,9 @@ def _render_steps(e: Estimate, console: Console) -> None:
     else:
         console.print(_step_table("Decode replica: pure decode step, time per output token (all pipeline stages)", e.decode_step))
     if e.roofline is not None:
-        console.print(f"Calibrated for {inp.engine}: {e.roofline.sentence()} (the ideal roofline's TPOT is {format_seconds(e.roofline.tpot_s)}).")
+        basis = f"derived rates, {inp.engine}'s kernels on {e.kernel_source.split(' (')[0].removeprefix('derived from ')}" \
+            if e.kernel_source.startswith("derived") else f"{inp.engine}"
+        console.print(f"Calibrated ({basis}): {e.roofline.sentence()} (the ideal roofline's TPOT is {format_seconds(e.roofline.tpot_s)}).")
 
 
 def _span(low: float, high: float, fmt) -> str:

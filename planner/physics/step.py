@@ -280,11 +280,14 @@ def _calibrated_comm(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np
     hidden_bytes = inp.arch.hidden_size * inp.precisions.activation_bytes
     n_all_reduce = ALL_REDUCES_PER_LAYER * st.n_layers - (st.n_moe_layers if _moe_exchange(ctx) else 0)
     spread = Spread()
+    ideal = n_all_reduce * all_reduce_time_s(tokens_rank * hidden_bytes, lay.tp, ctx.eff.tp_bytes_per_s, ctx.eff.latency_s)
     if lay.tp > 1 and not ctx.links.tp.spans_domains:
         curve = rates.all_reduce_curve(lay.tp)
-        comm, spread = all_reduce_kernel(curve, tokens_rank * hidden_bytes, lay.tp, n_all_reduce), curve.spread
+        measured = all_reduce_kernel(curve, tokens_rank * hidden_bytes, lay.tp, n_all_reduce)
+        # a curve measured on another part's links (derived rates) never beats this part's own links
+        comm, spread = np.maximum(measured, ideal), curve.spread
     else:
-        comm = n_all_reduce * all_reduce_time_s(tokens_rank * hidden_bytes, lay.tp, ctx.eff.tp_bytes_per_s, ctx.eff.latency_s)
+        comm = ideal
     if _moe_exchange(ctx):
         exchange, spread = _expert_exchange(ctx, tokens_rank, mode)
         comm = comm + exchange
