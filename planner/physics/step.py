@@ -119,18 +119,33 @@ def _roofline_comm(ctx: StepContext, tokens_per_rank: np.ndarray, tokens_per_sta
     (docs/physics.md: B * k * d * b_a per layer), or with ep = 1 once to every rank, and reaches all
     `expert_tp` accelerators of each; (n-1)/n of the copies leave their sender. It replaces the MoE
     layer's MLP all-reduce."""
-    inp, st, eff = ctx.inp, ctx.st, ctx.eff
-    lay, arch, act = inp.layout, inp.arch, inp.precisions.activation_bytes
-    hidden_bytes = arch.hidden_size * act
-    n_all_reduce = ALL_REDUCES_PER_LAYER * st.n_layers - (st.n_moe_layers if _moe_exchange(ctx) else 0)
-    comm = n_all_reduce * all_reduce_time_s(tokens_per_rank * hidden_bytes, lay.tp, eff.tp_bytes_per_s, eff.latency_s)
+    comm = _roofline_all_reduces(ctx, tokens_per_rank)
     if _moe_exchange(ctx):
-        copies = arch.moe.experts_per_token if lay.ep > 1 else 1
-        remote = (lay.stage_size - 1) / lay.stage_size
-        per_member = tokens_per_stage / lay.stage_size * copies * lay.expert_tp * hidden_bytes * remote * inp.expert_imbalance
-        one_way = all_to_all_time_s(per_member, lay.stage_size, eff.stage_injection_bytes_per_s, eff.stage_bisection_bytes_per_s, eff.latency_s)
-        comm = comm + st.n_moe_layers * DISPATCH_AND_COMBINE * one_way
+        comm = comm + _roofline_exchange(ctx, tokens_per_stage)
     return comm + _pp_send(ctx, tokens_per_stage)
+
+
+def _all_reduces_per_stage(ctx: StepContext) -> np.ndarray:
+    """Tensor-parallel all-reduces of a stage's forward pass (the MoE exchange replaces a MoE layer's second)."""
+    st = ctx.st
+    return ALL_REDUCES_PER_LAYER * st.n_layers - (st.n_moe_layers if _moe_exchange(ctx) else 0)
+
+
+def _roofline_all_reduces(ctx: StepContext, tokens_per_rank: np.ndarray) -> np.ndarray:
+    inp, eff = ctx.inp, ctx.eff
+    message = tokens_per_rank * inp.arch.hidden_size * inp.precisions.activation_bytes
+    return _all_reduces_per_stage(ctx) * all_reduce_time_s(message, inp.layout.tp, eff.tp_bytes_per_s, eff.latency_s)
+
+
+def _roofline_exchange(ctx: StepContext, tokens_per_stage: np.ndarray) -> np.ndarray:
+    """Dispatch and combine of every MoE layer over the graph's links (bisection and injection bound)."""
+    inp, eff, lay, arch = ctx.inp, ctx.eff, ctx.inp.layout, ctx.inp.arch
+    copies = arch.moe.experts_per_token if lay.ep > 1 else 1
+    remote = (lay.stage_size - 1) / lay.stage_size
+    hidden_bytes = arch.hidden_size * inp.precisions.activation_bytes
+    per_member = tokens_per_stage / lay.stage_size * copies * lay.expert_tp * hidden_bytes * remote * inp.expert_imbalance
+    one_way = all_to_all_time_s(per_member, lay.stage_size, eff.stage_injection_bytes_per_s, eff.stage_bisection_bytes_per_s, eff.latency_s)
+    return ctx.st.n_moe_layers * DISPATCH_AND_COMBINE * one_way
 
 
 def _pp_send(ctx: StepContext, tokens_per_stage: np.ndarray) -> np.ndarray:
@@ -263,27 +278,24 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
     combine_bytes = arch.hidden_size * inp.precisions.activation_bytes
     accel = inp.rack.accelerator
     nic = accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction
-    total, spread = 0.0 * tokens_rank, Spread()
-    for phase, per_copy in (("dispatch", dispatch_bytes), ("combine", combine_bytes)):
-        curve = rates.all_to_all_curve(mode, phase) or rates.all_to_all_curve("normal", phase)
-        tokens = tokens_rank * inp.expert_imbalance * lay.expert_tp
-        if curve is None:
-            return _roofline_comm(ctx, tokens_rank, tokens_rank * lay.dp_attn) * 0.0, spread
-        total = total + all_to_all_kernel(curve, tokens * local * per_copy, tokens * remote * per_copy, nic, ctx.st.n_moe_layers)
-        spread = curve.spread
-    return total, spread
+    curves = [rates.all_to_all_curve(mode, phase) or rates.all_to_all_curve("normal", phase) for phase in ("dispatch", "combine")]
+    if None in curves:  # the engine has no all-to-all table here: the exchange over the graph's links
+        return _roofline_exchange(ctx, tokens_rank * lay.dp_attn), Spread()
+    tokens = tokens_rank * inp.expert_imbalance * lay.expert_tp
+    total = sum(all_to_all_kernel(curve, tokens * local * per_copy, tokens * remote * per_copy, nic, ctx.st.n_moe_layers)
+                for curve, per_copy in zip(curves, (dispatch_bytes, combine_bytes), strict=True))
+    return total, curves[-1].spread
 
 
 def _calibrated_comm(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.ndarray, mode: str) -> tuple[np.ndarray, Spread]:
-    inp, st, rates = ctx.inp, ctx.st, ctx.rates
+    inp, rates = ctx.inp, ctx.rates
     lay = inp.layout
     hidden_bytes = inp.arch.hidden_size * inp.precisions.activation_bytes
-    n_all_reduce = ALL_REDUCES_PER_LAYER * st.n_layers - (st.n_moe_layers if _moe_exchange(ctx) else 0)
     spread = Spread()
-    ideal = n_all_reduce * all_reduce_time_s(tokens_rank * hidden_bytes, lay.tp, ctx.eff.tp_bytes_per_s, ctx.eff.latency_s)
+    ideal = _roofline_all_reduces(ctx, tokens_rank)
     if lay.tp > 1 and not ctx.links.tp.spans_domains:
         curve = rates.all_reduce_curve(lay.tp)
-        measured = all_reduce_kernel(curve, tokens_rank * hidden_bytes, lay.tp, n_all_reduce)
+        measured = all_reduce_kernel(curve, tokens_rank * hidden_bytes, lay.tp, _all_reduces_per_stage(ctx))
         # a curve measured on another part's links (derived rates) never beats this part's own links
         comm, spread = np.maximum(measured, ideal), curve.spread
     else:
