@@ -1,6 +1,7 @@
 """User-facing input errors: every message names the field, says what is wrong and how to fix it."""
 
 import difflib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,11 @@ __all__ = [
     "PlannerInputError",
     "closest_names",
     "issues_from_validation_error",
+    "load_json_file",
     "load_yaml_file",
+    "parse_json_text",
+    "parse_yaml_text",
+    "read_input_text",
     "unknown_name_issue",
 ]
 
@@ -155,24 +160,107 @@ def issues_from_validation_error(exc: ValidationError, prefix: str = "", model=N
     return issues
 
 
-def load_yaml_file(path: Path) -> object:
-    """Parse a YAML file; syntax errors become an InputIssue with the line and column."""
+MAX_INPUT_FILE_BYTES = 4 * 1024 * 1024  # the largest bundled input is under 40 kB; a 4 MB file is not a hand-written problem
+MAX_YAML_ALIASES = 200  # anchors are handy for repeated workloads; thousands of them are an alias bomb
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a mapping that repeats a key is an error (PyYAML keeps the last
+    silently, so a second `workloads:` would replace the first), and aliases are counted."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.aliases_seen = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self.aliases_seen += 1
+            if self.aliases_seen > MAX_YAML_ALIASES:
+                event = self.peek_event()
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"more than {MAX_YAML_ALIASES} aliases (*name)", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges, it is not a key
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+                seen[key] = key_node.start_mark.line + 1
+            except TypeError:  # an unhashable key: let PyYAML report it
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' repeats (first on line {first}); PyYAML would keep only the last",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictLoader.construct_mapping)
+
+
+def parse_yaml_text(text: str, source: str) -> object:
+    """Parse YAML strictly (no repeated keys, bounded aliases); errors name the line and column."""
     try:
-        text = path.read_text()
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        problem = f"YAML error at {where}: {exc.problem or exc}"
+        raise PlannerInputError(
+            InputIssue(source, problem, "fix the YAML at that line (check indentation, colons, quotes and repeated keys)")
+        ) from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise PlannerInputError(InputIssue(source, f"YAML error: {str(exc)[:200] or 'nested too deeply'}", "fix the YAML syntax")) from None
+
+
+def read_input_text(path: Path) -> str:
+    """The text of an input file, refused with a one-line reason when it is missing, unreadable,
+    not UTF-8 or larger than MAX_INPUT_FILE_BYTES."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_INPUT_FILE_BYTES:
+            raise PlannerInputError(InputIssue(str(path), f"file is {size:,} bytes, over the {MAX_INPUT_FILE_BYTES:,}-byte limit",
+                                               "pass a problem, plan or profile file, not a data dump"))
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PlannerInputError(
             InputIssue(str(path), "file not found", "check the path (relative paths start from the current directory)")
         ) from None
     except (IsADirectoryError, PermissionError) as exc:
         raise PlannerInputError(InputIssue(str(path), f"cannot read: {exc.strerror}", "pass a readable file")) from None
+    except UnicodeDecodeError as exc:
+        raise PlannerInputError(InputIssue(str(path), f"not UTF-8 text (byte {exc.start})", "save the file as UTF-8 text")) from None
+    except OSError as exc:
+        raise PlannerInputError(InputIssue(str(path), f"cannot read: {exc.strerror or exc}", "pass a readable file")) from None
+
+
+def load_yaml_file(path: Path) -> object:
+    """Parse a YAML file strictly; syntax errors, repeated keys and unreadable files become an
+    InputIssue with the line and column."""
+    return parse_yaml_text(read_input_text(path), str(path))
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"non-standard JSON number {name}")
+
+
+def parse_json_text(text: str, source: str, fix: str = "fix the JSON") -> object:
+    """Parse JSON strictly: NaN and Infinity (Python's json accepts them, JSON.parse does not) and
+    syntax errors become an InputIssue with the line and column."""
     try:
-        return yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        problem = f"YAML syntax error at {where}: {exc.problem or exc}"
-        raise PlannerInputError(
-            InputIssue(str(path), problem, "fix the YAML at that line (check indentation, colons and quotes)")
-        ) from None
-    except yaml.YAMLError as exc:
-        raise PlannerInputError(InputIssue(str(path), f"YAML error: {exc}", "fix the YAML syntax")) from None
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise PlannerInputError(InputIssue(source, f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}", fix)) from None
+    except ValueError as exc:
+        raise PlannerInputError(InputIssue(source, str(exc), "write a finite number (or null)")) from None
+    except RecursionError:
+        raise PlannerInputError(InputIssue(source, "JSON nested too deeply", fix)) from None
+
+
+def load_json_file(path: Path, fix: str = "fix the JSON") -> object:
+    """A JSON input file, read and parsed strictly (see `read_input_text` and `parse_json_text`)."""
+    return parse_json_text(read_input_text(path), str(path), fix)

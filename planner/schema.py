@@ -15,6 +15,7 @@ Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 
 
 class EdgeModel(BaseModel):
-    """Base of every model read from a file: unknown fields are errors, values are immutable."""
+    """Base of every model read from a file: unknown fields are errors, NaN and infinite numbers are
+    refused, values are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

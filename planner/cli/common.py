@@ -78,14 +78,12 @@ class Progress:
 
 def load_plan(text: str) -> tuple[dict, Path]:
     """A plan JSON written by `planner solve --json`, checked for the fields every command needs."""
+    from planner.errors import load_json_file
+
     path = Path(text)
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PlannerInputError(InputIssue(text, "file not found", "pass the JSON written by `planner solve PROBLEM --json PATH`")) from None
-    except json.JSONDecodeError as exc:
-        raise PlannerInputError(InputIssue(text, f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}",
-                                           "pass the JSON written by `planner solve --json`")) from None
+    record = load_json_file(path, fix="pass the JSON written by `planner solve PROBLEM --json PATH`")
+    if not isinstance(record, dict):
+        raise PlannerInputError(InputIssue(text, "not a plan (the JSON is not an object)", "pass the JSON written by `planner solve --json`"))
     from planner.output.plan import parse_plan
 
     parse_plan(record, text)  # the structure every reader relies on, or the field and the fix
@@ -100,5 +98,5 @@ def resolved_from_plan(record: dict, path: Path):
 
     if "problem_spec" not in record:
         raise PlannerInputError(InputIssue(f"{path}: problem_spec", "missing", "re-solve the problem: plans embed their problem"))
-    base = Path(record.get("problem_dir") or path.parent)
+    base = path.parent / record["problem_dir"] if record.get("problem_dir") else path.parent  # relative to the plan file
     return resolve_problem(parse_problem(record["problem_spec"], source=f"{path}: problem_spec"), base_dir=base, source=str(path))

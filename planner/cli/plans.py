@@ -1,6 +1,7 @@
 """`planner solve`, `export`, `check` and `view`: make a plan, then launch, verify or draw it."""
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -38,7 +39,10 @@ def solve_command(args: argparse.Namespace, console: Console) -> int:
                        progress=lambda text: status.update(f"evaluating {text}"))
     render_solve(result, console)
     if args.json:
-        write_json(args.json, solve_record(result), console)
+        record = solve_record(result)
+        if record["problem_dir"] is not None:
+            record["problem_dir"] = os.path.relpath(Path(record["problem_dir"]).resolve(), Path(args.json).resolve().parent)
+        write_json(args.json, record, console)
     return EXIT_OK if result.has_plan else EXIT_INFEASIBLE
 
 

@@ -6,14 +6,18 @@ interleaved MoE layers (DeepSeek, GLM-4.5, Llama 4, Qwen3-MoE, Mixtral, gpt-oss)
 attention (gpt-oss `layer_types`, Mistral `sliding_window`, Llama 4 chunked attention).
 """
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error
+from planner.errors import (
+    InputIssue,
+    PlannerInputError,
+    issues_from_validation_error,
+    load_json_file,
+)
 from planner.model.catalog import ModelSpec
 
 __all__ = ["load_hf_config", "spec_from_hf_config"]
@@ -170,14 +174,9 @@ def spec_from_hf_config(config: Mapping[str, Any], model_id: str, name: str | No
 
 def load_hf_config(path: Path, model_id: str | None = None) -> ModelSpec:
     """Read a config.json file; the model id defaults to the file's parent directory or stem."""
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PlannerInputError(InputIssue(str(path), "file not found", "check the path to config.json")) from None
-    except json.JSONDecodeError as exc:
-        raise PlannerInputError(
-            InputIssue(str(path), f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}", "fix the JSON")
-        ) from None
+    config = load_json_file(path, fix="pass a Hugging Face config.json")
+    if not isinstance(config, dict):
+        raise PlannerInputError(InputIssue(str(path), "not a config.json (the JSON is not an object)", "pass a Hugging Face config.json"))
     default_id = (path.parent.name if path.stem == "config" else path.stem).lower().replace("_", "-")
     default_id = "".join(ch if ch.isalnum() or ch in ".-" else "-" for ch in default_id).strip("-.") or "imported-model"
     return spec_from_hf_config(config, model_id or default_id, path=str(path))

@@ -115,9 +115,17 @@ def solve_record(result: SolveResult) -> dict:
     record["kv_handoff"] = [{"workload": h.workload, "replica_pairs": h.pairs, "pairs_in_one_domain": h.in_domain_pairs,
                              "nic_seconds": h.nic_s, "in_domain_seconds": h.in_domain_s} for h in handoff_summary(result)]
     record["problem_spec"] = result.problem.problem.model_dump(mode="json", exclude_none=True)
-    record["problem_dir"] = result.problem.base_dir
+    # Only a problem that names files (expert loads, config.json, a previous plan) needs its directory;
+    # `planner solve --json` rewrites it relative to the plan file, so a plan carries no absolute path.
+    record["problem_dir"] = str(result.problem.base_dir) if _names_files(record["problem_spec"]) else None
     record["notes"] = list(result.notes)
     return record
+
+
+def _names_files(spec: object) -> bool:
+    if isinstance(spec, dict):
+        return any(k in ("file", "config_json", "previous_plan") or _names_files(v) for k, v in spec.items())
+    return isinstance(spec, list) and any(_names_files(v) for v in spec)
 
 
 def _solve_core(result: SolveResult) -> dict:

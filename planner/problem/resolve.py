@@ -1,7 +1,6 @@
 """A problem resolved against the catalogs: models, racks, workloads and precisions as frozen SI values
 (`resolve_problem` converts the file's friendly units once), expert loads and previous expert maps."""
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import numpy as np
 from planner.errors import (
     InputIssue,
     PlannerInputError,
+    load_json_file,
     unknown_name_issue,
 )
 from planner.hardware.catalog import (
@@ -206,16 +206,16 @@ def _previous_expert_maps(path_text: str | None, base_dir: Path, models: dict[st
     path = Path(path_text)
     path = path if path.is_absolute() else base_dir / path
     try:
-        record = json.loads(path.read_text())
+        record = load_json_file(path, fix="point it at the JSON of the plan in service")
         maps = {}
         for d in record["deployments"]:
             emap = d.get("expert_map")
             if emap:
                 maps[(d["model"], int(emap["n_ranks"]), int(emap["slots_per_rank"]))] = [[int(e) for e in row] for row in emap["physical_to_logical_map"]]
-    except FileNotFoundError:
-        issues.append(InputIssue(field_name, f"{path} not found", "check the path (relative to the problem file)"))
+    except PlannerInputError as exc:
+        issues += [InputIssue(field_name, f"{issue.field}: {issue.problem}", issue.fix) for issue in exc.issues]
         return {}
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         issues.append(InputIssue(field_name, f"{path} is not a plan written by `planner solve --json` ({exc})",
                                  "point it at the JSON of the plan in service"))
         return {}
