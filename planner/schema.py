@@ -4,7 +4,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-__all__ = ["CatalogId", "EdgeModel", "Fraction"]
+__all__ = ["CatalogId", "EdgeModel", "Fraction", "Name"]
 
 CatalogId = Annotated[
     str,
@@ -12,6 +12,11 @@ CatalogId = Annotated[
     Field(description="lowercase kebab-case identifier, e.g. hgx-h100 or llama-3.1-70b"),
 ]
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+Name = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$"),
+    Field(description="1-64 printable characters (no newlines or control characters); quoted wherever a script uses it"),
+]
 
 
 class EdgeModel(BaseModel):

@@ -2,8 +2,23 @@
 command names its handler as 'module:function', imported only when the command runs."""
 
 import argparse
+import math
 
 from planner import __version__
+from planner.limits import (
+    MAX_BATCH_PER_REPLICA,
+    MAX_CURVE_POINTS,
+    MAX_FRONTIER_POINTS,
+    MAX_INPUT_TOKENS,
+    MAX_OUTPUT_TOKENS,
+    MAX_PARALLEL_DEGREE,
+    MAX_PREFILL_CHUNK_TOKENS,
+    MAX_PRICE_USD_PER_ACCELERATOR_HOUR,
+    MAX_RACKS_PER_TYPE,
+    MAX_REDUNDANT_EXPERTS,
+    MAX_SEED,
+    MAX_TIME_LIMIT_S,
+)
 from planner.modes import (
     Confidence,
     Engine,
@@ -14,23 +29,35 @@ from planner.modes import (
 )
 from planner.precision import Precision
 
-__all__ = ["build_parser", "positive", "rl_factor"]
+__all__ = ["bounded", "build_parser", "positive", "rl_factor"]
 
 
-def positive(kind: type) -> object:
-    """argparse type: a number of `kind` greater than zero."""
+def bounded(kind: type, low: float, high: float, *, exclusive_low: bool = False) -> object:
+    """argparse type: a finite number of `kind` within [low, high] (or (low, high]); the same rules as
+    the problem file's fields, so `--isl 0` is an error rather than the default."""
 
     def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {'whole ' if kind is int else ''}number: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if value < low or (exclusive_low and value == low) or value > high:
+            bound = f"greater than {low:g}" if exclusive_low else f"at least {low:g}"
+            raise argparse.ArgumentTypeError(f"must be {bound} and at most {high:g}, got {text}")
         return value
 
     return parse
 
 
+def positive(kind: type, high: float = 1e15) -> object:
+    """argparse type: a finite number of `kind` greater than zero and at most `high`."""
+    return bounded(kind, 0, high, exclusive_low=True)
+
+
 def rl_factor(text: str) -> float:
-    value = float(text)
+    value = bounded(float, -1e3, 1e3)(text)  # finite first, then the RL-specific message
     if not 2.0 <= value <= 6.0:
         raise argparse.ArgumentTypeError(f"RL costs 2 (rollouts only) to 6 (backward on every rollout) FLOPs per parameter and token, got {text}")
     return value
@@ -44,29 +71,29 @@ def _add_estimate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", help="workload of the problem to use (default: the first)")
     p.add_argument("--model", help="model id, e.g. llama-3.1-70b")
     p.add_argument("--rack", help="rack / scale-up unit id, e.g. hgx-h100")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of attention and dense weights")
-    p.add_argument("--ep", type=int, default=1, help="expert-parallel degree")
-    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
-    p.add_argument("--dp-attn", type=int, default=None, help="attention data-parallel ranks per stage (default: ep/tp when ep > tp)")
-    p.add_argument("--batch", type=int, help="sequences in flight per replica (all micro-batches)")
-    p.add_argument("--redundant-experts", type=int, default=0,
+    p.add_argument("--tp", type=bounded(int, 1, MAX_PARALLEL_DEGREE), default=1, help="tensor-parallel degree of attention and dense weights")
+    p.add_argument("--ep", type=bounded(int, 1, MAX_PARALLEL_DEGREE), default=1, help="expert-parallel degree")
+    p.add_argument("--pp", type=bounded(int, 1, MAX_PARALLEL_DEGREE), default=1, help="pipeline stages")
+    p.add_argument("--dp-attn", type=bounded(int, 1, MAX_PARALLEL_DEGREE), default=None, help="attention data-parallel ranks per stage (default: ep/tp when ep > tp)")
+    p.add_argument("--batch", type=bounded(int, 1, MAX_BATCH_PER_REPLICA), help="sequences in flight per replica (all micro-batches)")
+    p.add_argument("--redundant-experts", type=bounded(int, 0, MAX_REDUNDANT_EXPERTS), default=0,
                    help="extra expert slots over the expert-parallel group (hot-expert copies), e.g. 32 for 256 experts on EP72")
-    p.add_argument("--expert-imbalance", type=float, default=1.0,
+    p.add_argument("--expert-imbalance", type=bounded(float, 1.0, 1024.0), default=1.0,
                    help="the hottest expert-parallel rank's load over the mean (1.0: even; `planner solve` measures it from the placement)")
-    p.add_argument("--isl", type=int, help="input (prompt) tokens per request (default 2048, or the problem's)")
-    p.add_argument("--osl", type=int, help="output tokens per request (default 256, or the problem's)")
+    p.add_argument("--isl", type=bounded(int, 1, MAX_INPUT_TOKENS), help="input (prompt) tokens per request (default 2048, or the problem's)")
+    p.add_argument("--osl", type=bounded(int, 1, MAX_OUTPUT_TOKENS), help="output tokens per request (default 256, or the problem's)")
     precisions = [p.value for p in Precision]
     p.add_argument("--weights-precision", choices=precisions, help="weight format (default: the model's native one)")
     p.add_argument("--kv-precision", choices=precisions, help="KV-cache format (default bf16)")
     p.add_argument("--activations-precision", choices=precisions, help="activation format (default bf16)")
     p.add_argument("--compute-precision", choices=precisions, help="matmul format (default: the weights')")
-    p.add_argument("--price", type=float, help="USD per accelerator-hour instead of the catalog estimate")
+    p.add_argument("--price", type=positive(float, MAX_PRICE_USD_PER_ACCELERATOR_HOUR), help="USD per accelerator-hour instead of the catalog estimate")
     p.add_argument("--overlap", choices=[o.value for o in OverlapPolicy], default=OverlapPolicy.SERIAL.value,
                    help="serial: communication adds to the step (default); overlapped: hidden behind compute/memory")
     p.add_argument("--engine", choices=[e.value for e in Engine], help="serving engine whose kernel rates calibrate the step (default trtllm, or the problem's)")
     p.add_argument("--step-model", choices=[m.value for m in StepModel], default=StepModel.CALIBRATED.value,
                    help="calibrated: measured kernel rates (what the engine reaches, default); roofline: the ideal bound")
-    p.add_argument("--prefill-chunk", type=int, help="tokens per prefill forward pass (default: the planner's chunked-prefill budget)")
+    p.add_argument("--prefill-chunk", type=bounded(int, 64, MAX_PREFILL_CHUNK_TOKENS), help="tokens per prefill forward pass (default: the planner's chunked-prefill budget)")
     p.add_argument("--role", choices=[r.value for r in ServingRole], default=ServingRole.AGGREGATED.value,
                    help="aggregated (prefill rides in the decode steps, default), or one replica of a prefill or decode pool")
     p.add_argument("--cache-tier", metavar="TIER",
@@ -82,9 +109,9 @@ def _add_solve(sub: argparse._SubParsersAction) -> None:
                                    "replica counts, and explain the plan. Exit code 0 with a plan, 2 for bad input, 3 when infeasible.")
     p.add_argument("problem", help="problem file, or the name of a bundled problem (see problems/)")
     p.add_argument("--json", metavar="PATH", help="write the plan as JSON (SI units)")
-    p.add_argument("--time-limit", type=positive(float), default=None, help="CP-SAT time limit in seconds (default: the problem's)")
-    p.add_argument("--seed", type=int, default=None, help="CP-SAT random seed (default: the problem's)")
-    p.add_argument("--workers", type=positive(int), default=None, help="CP-SAT worker threads (default: the problem's)")
+    p.add_argument("--time-limit", type=positive(float, MAX_TIME_LIMIT_S), default=None, help="CP-SAT time limit in seconds (default: the problem's)")
+    p.add_argument("--seed", type=bounded(int, 0, MAX_SEED), default=None, help="CP-SAT random seed (default: the problem's)")
+    p.add_argument("--workers", type=positive(int, 64), default=None, help="CP-SAT worker threads (default: the problem's)")
     p.add_argument("--confidence", choices=[c.value for c in Confidence], default=None,
                    help="high: plan so that TPOT and TTFT limits hold at the slow end (p90) of the predictions' range "
                         "(default: the problem's, median)")
@@ -115,8 +142,8 @@ def _add_sweeps(sub: argparse._SubParsersAction) -> None:
                                          "accelerator, TPOT, accelerators and racks, and the binding limit.")
     compare.add_argument("problem", help="problem file, or the name of a bundled problem")
     compare.add_argument("--racks", help="comma-separated rack ids (default: every rack type in the catalog)")
-    compare.add_argument("--count", type=positive(int), default=None, help="racks of each type (default: as many as the plan needs)")
-    compare.add_argument("--time-limit", type=positive(float), default=None, help="CP-SAT time limit per rack type, seconds")
+    compare.add_argument("--count", type=positive(int, MAX_RACKS_PER_TYPE), default=None, help="racks of each type (default: as many as the plan needs)")
+    compare.add_argument("--time-limit", type=positive(float, MAX_TIME_LIMIT_S), default=None, help="CP-SAT time limit per rack type, seconds")
     compare.add_argument("--plot", metavar="PNG", help="also draw the comparison")
     compare.add_argument("--json", metavar="PATH", help="also write the rows as JSON (SI units)")
     compare.set_defaults(handler="planner.cli.studies:compare_command")
@@ -125,10 +152,10 @@ def _add_sweeps(sub: argparse._SubParsersAction) -> None:
                                           "each point with CP-SAT warm-started from the previous one; report the frontier.")
     frontier.add_argument("problem", help="problem file, or the name of a bundled problem")
     frontier.add_argument("--workload", help="workload to sweep (needed when the problem has several)")
-    frontier.add_argument("--points", type=positive(int), default=16, help="TPOT limits to try (default 16)")
+    frontier.add_argument("--points", type=bounded(int, 2, MAX_FRONTIER_POINTS), default=16, help="TPOT limits to try (default 16)")
     frontier.add_argument("--min-tpot-ms", type=positive(float), default=None, help="tightest TPOT limit (default: the fastest layout's)")
     frontier.add_argument("--max-tpot-ms", type=positive(float), default=None, help="loosest TPOT limit (default: HBM-bound batches)")
-    frontier.add_argument("--time-limit", type=positive(float), default=None, help="CP-SAT time limit per point, seconds")
+    frontier.add_argument("--time-limit", type=positive(float, MAX_TIME_LIMIT_S), default=None, help="CP-SAT time limit per point, seconds")
     frontier.add_argument("--plot", metavar="PNG", help="also draw the frontier")
     frontier.add_argument("--csv", metavar="CSV", help="also write every point as CSV")
     frontier.add_argument("--json", metavar="PATH", help="also write every point as JSON (SI units)")
@@ -138,7 +165,7 @@ def _add_sweeps(sub: argparse._SubParsersAction) -> None:
                                        "weight amortisation (cost ~ 1/B) down to the compute and KV floor, the plan's batch marked.")
     curve.add_argument("problem", help="problem file, or the name of a bundled problem")
     curve.add_argument("--workload", help="workload to use (needed when the problem has several)")
-    curve.add_argument("--points", type=positive(int), default=48, help="batch sizes to evaluate (default 48)")
+    curve.add_argument("--points", type=bounded(int, 2, MAX_CURVE_POINTS), default=48, help="batch sizes to evaluate (default 48)")
     curve.add_argument("--plot", metavar="PNG", help="also draw the curve")
     curve.add_argument("--csv", metavar="CSV", help="also write every batch as CSV")
     curve.add_argument("--json", metavar="PATH", help="also write the curve as JSON (SI units)")
@@ -152,7 +179,7 @@ def _add_economics(sub: argparse._SubParsersAction) -> None:
                                        "and the discount of a hit against a miss.")
     cache.add_argument("problem", help="problem file, or the name of a bundled problem")
     cache.add_argument("--workload", help="only this workload")
-    cache.add_argument("--time-limit", type=positive(float), default=None, help="CP-SAT time limit, seconds")
+    cache.add_argument("--time-limit", type=positive(float, MAX_TIME_LIMIT_S), default=None, help="CP-SAT time limit, seconds")
     cache.add_argument("--json", metavar="PATH", help="also write the figures as JSON (SI units)")
     cache.set_defaults(handler="planner.cli.economics:cache_command")
     prices = sub.add_parser("prices", help="read a provider's prices backwards: KV bytes per token, memory-boundness, cache tiers",
@@ -172,16 +199,16 @@ def _add_economics(sub: argparse._SubParsersAction) -> None:
     life.add_argument("--model", default="deepseek-v3", help="catalog model for the active parameters (default deepseek-v3)")
     life.add_argument("--active-params", type=positive(float), default=None, help="active parameters instead of a catalog model")
     life.add_argument("--serving-tokens-per-s", type=positive(float), default=5e7, help="tokens served per second (default 5e7, the lecture's frontier scale)")
-    life.add_argument("--lifetime-days", type=positive(float), default=60, help="days the model serves (default 60)")
+    life.add_argument("--lifetime-days", type=positive(float, 36_500), default=60, help="days the model serves (default 60)")
     life.add_argument("--pretrain-tokens", type=positive(float), default=None, help="compare with an actual pre-training token count")
     life.add_argument("--rl-flops-per-token", type=rl_factor, default=4.0, help="RL FLOPs per parameter and token, 2-6 (default 4)")
     life.add_argument("--problem", help="price inference tokens with this problem's plan (its first workload)")
     life.add_argument("--inference-usd-per-million", type=positive(float), default=None, help="or give the inference cost per million tokens")
     life.add_argument("--accelerator", default="gb200", help="training accelerator (default gb200)")
     life.add_argument("--precision", default="bf16", choices=["bf16", "fp8", "fp4"], help="training matmul format (default bf16)")
-    life.add_argument("--training-accelerators", type=positive(int), default=8192, help="accelerators training (default 8192)")
-    life.add_argument("--pp", type=positive(int), default=8, help="pipeline stages of the training layout (default 8)")
-    life.add_argument("--micro-batches", type=positive(int), default=32, help="micro-batches per training step (default 32)")
+    life.add_argument("--training-accelerators", type=positive(int, 10_000_000), default=8192, help="accelerators training (default 8192)")
+    life.add_argument("--pp", type=positive(int, 4096), default=8, help="pipeline stages of the training layout (default 8)")
+    life.add_argument("--micro-batches", type=positive(int, 1_000_000), default=32, help="micro-batches per training step (default 32)")
     life.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     life.set_defaults(handler="planner.cli.economics:lifecycle_command")
 

@@ -12,6 +12,7 @@ from pydantic import (
     model_validator,
 )
 
+from planner.limits import MAX_ACCELERATORS_PER_RACK
 from planner.precision import FlopsFormat
 from planner.schema import CatalogId, EdgeModel, Fraction
 
@@ -178,7 +179,7 @@ class RackSpec(EdgeModel):
     id: CatalogId
     name: str = Field(description="full name")
     accelerator: str = Field(description="accelerator id (catalog or the problem's custom_accelerators)")
-    accelerators: int = Field(ge=1, le=100_000, description="accelerators in one scale-up domain")
+    accelerators: int = Field(ge=1, le=MAX_ACCELERATORS_PER_RACK, description="accelerators in one scale-up domain")
     accelerators_per_host: int | None = Field(default=None, ge=1, description="accelerators one host (server, compute tray, TPU VM) drives; default: all")
     scale_up: ScaleUpSpec = Field(description="how the accelerators of the unit are linked")
     sources: dict[str, str] = Field(default_factory=dict, description="citation key for each numeric field")

@@ -24,10 +24,27 @@ from planner.hardware.specs import (
     AcceleratorSpec,
     RackSpec,
 )
+from planner.limits import (
+    MAX_BATCH_PER_REPLICA,
+    MAX_DEMAND_OUTPUT_TOKENS_PER_S,
+    MAX_DEMAND_REQUESTS_PER_S,
+    MAX_INPUT_TOKENS,
+    MAX_LATENCY_LIMIT_MS,
+    MAX_MODELS,
+    MAX_OUTPUT_TOKENS,
+    MAX_PREFILL_CHUNK_TOKENS,
+    MAX_RACK_TYPES,
+    MAX_RACKS_PER_TYPE,
+    MAX_REPLICAS,
+    MAX_SEED,
+    MAX_TIME_LIMIT_S,
+    MAX_USD_PER_HOUR,
+    MAX_WORKLOADS,
+)
 from planner.model.catalog import ModelSpec
 from planner.modes import Confidence, Engine, OverlapPolicy, ServingMode, StepModel
 from planner.precision import Precision
-from planner.schema import CatalogId, EdgeModel
+from planner.schema import CatalogId, EdgeModel, Name
 
 __all__ = ["CatalogModelRef", "ClusterSpec", "ConfigJsonModelRef", "Demand", "ExpertLoadSpec", "InlineModelRef", "ModelRef", "Objective", "PlacementOptions", "PrecisionSpec", "PrefixCacheSpec", "Problem", "RackCount", "SolverOptions", "SyntheticLoad", "WorkloadSpec", "load_problem", "parse_problem", "problem_json_schema"]
 
@@ -51,7 +68,7 @@ class PrecisionSpec(EdgeModel):
 class SyntheticLoad(EdgeModel):
     distribution: Literal["lognormal", "uniform"] = Field(default="lognormal", description="per-expert load distribution")
     sigma: float = Field(default=0.9, gt=0, le=5, description="lognormal sigma (0.9: the hottest of 256 experts near 8x the mean expert)")
-    seed: int = Field(default=0, ge=0, description="random seed")
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="random seed")
 
 
 class ExpertLoadSpec(EdgeModel):
@@ -90,7 +107,7 @@ class InlineModelRef(EdgeModel):
 class PlacementOptions(EdgeModel):
     redundant_experts_per_rank: int = Field(default=0, ge=0, le=64, description="extra expert copies per expert-parallel rank for hot experts")
     method: Literal["greedy", "cpsat"] = Field(default="greedy", description="greedy + swap search, or that followed by CP-SAT")
-    time_limit_s: float = Field(default=10.0, gt=0, description="time for the expert placement of one deployment (cpsat)")
+    time_limit_s: float = Field(default=10.0, gt=0, le=MAX_TIME_LIMIT_S, description="time for the expert placement of one deployment (cpsat)")
     expert_load: ExpertLoadSpec | None = Field(default=None, description="default load profile of MoE models (none: uniform)")
     previous_plan: str | None = Field(default=None, description="plan JSON (`planner solve --json`) of the deployment in service: "
                                                                  "expert maps stay close to its maps (path relative to the problem file)")
@@ -130,13 +147,13 @@ ModelRef = Annotated[
 
 class RackCount(EdgeModel):
     type: str = Field(description="rack / scale-up unit id (catalog or custom_racks)")
-    count: int | None = Field(default=None, ge=0, description="how many the fleet has; omit for 'as many as needed'")
+    count: int | None = Field(default=None, ge=0, le=MAX_RACKS_PER_TYPE, description="how many the fleet has; omit for 'as many as needed'")
 
 
 class ClusterSpec(EdgeModel):
-    racks: list[RackCount] = Field(min_length=1, description="rack types the fleet can use")
-    custom_accelerators: list[AcceleratorSpec] = Field(default_factory=list, description="accelerators not in the catalog")
-    custom_racks: list[RackSpec] = Field(default_factory=list, description="scale-up units not in the catalog")
+    racks: list[RackCount] = Field(min_length=1, max_length=MAX_RACK_TYPES, description="rack types the fleet can use, each once")
+    custom_accelerators: list[AcceleratorSpec] = Field(default_factory=list, max_length=MAX_RACK_TYPES, description="accelerators not in the catalog")
+    custom_racks: list[RackSpec] = Field(default_factory=list, max_length=MAX_RACK_TYPES, description="scale-up units not in the catalog")
     price_overrides_usd_per_hour: dict[str, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="accelerator id -> your price per accelerator-hour"
     )
@@ -144,15 +161,25 @@ class ClusterSpec(EdgeModel):
                                                  "scale_out_bandwidth_fraction"], Annotated[float, Field(gt=0, le=1)]]] = Field(
         default_factory=dict, description="accelerator id -> achievable fractions of peak to use instead of the defaults"
     )
-    unavailable_accelerators: list[str] = Field(default_factory=list, description="accelerator node names to leave out, e.g. 'hgx-h100#0/3'")
+    unavailable_accelerators: list[str] = Field(default_factory=list, max_length=100_000,
+                                                description="accelerator node names to leave out, e.g. 'hgx-h100#0/3'")
     allow_spanning_domains: bool = Field(
         default=False, description="let tensor/expert groups span scale-up domains (their traffic then runs at scale-out bandwidth)"
     )
 
+    @model_validator(mode="after")
+    def _each_type_once(self) -> "ClusterSpec":
+        for kind, names in (("rack type", [r.type for r in self.racks]), ("custom rack id", [r.id for r in self.custom_racks]),
+                            ("custom accelerator id", [a.id for a in self.custom_accelerators])):
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                raise ValueError(f"{kind} listed more than once: {', '.join(repeated)}\n    fix: list each once and add up the counts")
+        return self
+
 
 class Demand(EdgeModel):
-    output_tokens_per_s: float | None = Field(default=None, gt=0, description="output tokens per second to serve")
-    requests_per_s: float | None = Field(default=None, gt=0, description="requests per second to serve")
+    output_tokens_per_s: float | None = Field(default=None, gt=0, le=MAX_DEMAND_OUTPUT_TOKENS_PER_S, description="output tokens per second to serve")
+    requests_per_s: float | None = Field(default=None, gt=0, le=MAX_DEMAND_REQUESTS_PER_S, description="requests per second to serve")
 
     @model_validator(mode="after")
     def _one(self) -> "Demand":
@@ -180,13 +207,13 @@ class PrefixCacheSpec(EdgeModel):
 
 
 class WorkloadSpec(EdgeModel):
-    name: str = Field(description="workload name")
+    name: Name = Field(description="workload name")
     model: str | None = Field(default=None, description="key of `models` (optional when there is one model)")
-    input_tokens: int = Field(ge=1, le=100_000_000, description="prompt length per request")
-    output_tokens: int = Field(ge=1, le=10_000_000, description="generated tokens per request")
+    input_tokens: int = Field(ge=1, le=MAX_INPUT_TOKENS, description="prompt length per request")
+    output_tokens: int = Field(ge=1, le=MAX_OUTPUT_TOKENS, description="generated tokens per request")
     demand: Demand | None = Field(default=None, description="traffic to serve; omit to minimise cost per token")
-    ttft_limit_ms: float | None = Field(default=None, gt=0, description="time-to-first-token limit, milliseconds")
-    tpot_limit_ms: float | None = Field(default=None, gt=0, description="time-per-output-token limit, milliseconds")
+    ttft_limit_ms: float | None = Field(default=None, gt=0, le=MAX_LATENCY_LIMIT_MS, description="time-to-first-token limit, milliseconds")
+    tpot_limit_ms: float | None = Field(default=None, gt=0, le=MAX_LATENCY_LIMIT_MS, description="time-per-output-token limit, milliseconds")
     prefix_cache: PrefixCacheSpec | None = Field(default=None, description="prompt caching (claim 9); omit for none")
     serving: ServingMode = Field(
         default=ServingMode.AGGREGATED, description="aggregated replicas (prefill rides in the decode steps), separate prefill and decode "
@@ -208,31 +235,31 @@ class WorkloadSpec(EdgeModel):
 
 
 class SolverOptions(EdgeModel):
-    time_limit_s: float = Field(default=10.0, gt=0, description="CP-SAT search limit, seconds (deterministic time, close to wall time)")
+    time_limit_s: float = Field(default=10.0, gt=0, le=MAX_TIME_LIMIT_S, description="CP-SAT search limit, seconds (deterministic time, close to wall time)")
     relative_gap_limit: float = Field(default=0.0, ge=0, lt=1, description="stop once (objective - bound) / objective is below this; 0 = prove optimality")
-    seed: int = Field(default=0, ge=0, description="CP-SAT random seed")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="CP-SAT random seed")
     workers: int = Field(default=2, ge=1, le=64, description="CP-SAT worker threads")
     overlap: OverlapPolicy = Field(default=OverlapPolicy.SERIAL, description="serial: comm adds to the step; overlapped: hidden")
-    max_batch_per_replica: int = Field(default=65536, ge=1, description="largest decode batch (sequences) to consider")
-    prefill_chunk_tokens: int = Field(default=8192, ge=64, description="tokens per forward pass (the engine's token budget): short prompts are packed into one prefill pass, long ones chunked")
+    max_batch_per_replica: int = Field(default=65536, ge=1, le=MAX_BATCH_PER_REPLICA, description="largest decode batch (sequences) to consider")
+    prefill_chunk_tokens: int = Field(default=8192, ge=64, le=MAX_PREFILL_CHUNK_TOKENS, description="tokens per forward pass (the engine's token budget): short prompts are packed into one prefill pass, long ones chunked")
     confidence: Confidence = Field(default=Confidence.MEDIAN, description="median: latency limits hold for the calibrated prediction; high: they hold at the slow end (p90) of its range")
     step_model: StepModel = Field(default=StepModel.CALIBRATED, description="calibrated: kernel rates measured for the engine (what it reaches); roofline: the ideal bound")
-    max_replicas: int = Field(default=4096, ge=1, description="largest replica count per deployment")
+    max_replicas: int = Field(default=4096, ge=1, le=MAX_REPLICAS, description="largest replica count per deployment")
 
 
 class Problem(EdgeModel):
     """A deployment problem: models, precisions, cluster, workloads, objective and solver options."""
 
-    name: str = Field(default="problem", description="short name")
+    name: Name = Field(default="problem", description="short name")
     description: str | None = Field(default=None, description="free text shown nowhere but kept with the plan")
     model: ModelRef | None = Field(default=None, description="the model, when there is only one")
-    models: dict[str, ModelRef] | None = Field(default=None, description="several models by key")
+    models: dict[Name, ModelRef] | None = Field(default=None, max_length=MAX_MODELS, description="several models by key")
     precisions: PrecisionSpec = Field(default_factory=PrecisionSpec, description="default formats for every model")
     cluster: ClusterSpec = Field(description="the fleet: rack types and counts, custom hardware, prices, unavailable accelerators")
-    workloads: list[WorkloadSpec] = Field(min_length=1, description="the traffic to serve: prompt and output lengths, demand, latency limits")
+    workloads: list[WorkloadSpec] = Field(min_length=1, max_length=MAX_WORKLOADS, description="the traffic to serve: prompt and output lengths, demand, latency limits")
     objective: Objective = Field(default=Objective.MIN_COST, description="min_cost (fleet USD/h for the demand, or USD per token without one), "
                                                                          "max_throughput_per_accelerator, or min_tpot under cost_cap_usd_per_hour")
-    cost_cap_usd_per_hour: float | None = Field(default=None, gt=0, description="fleet cost cap for objective min_tpot")
+    cost_cap_usd_per_hour: float | None = Field(default=None, gt=0, le=MAX_USD_PER_HOUR, description="fleet cost cap for objective min_tpot")
     engine: Engine = Field(default=Engine.TRTLLM, description="serving engine (trtllm, sglang, vllm): its kernel rates calibrate the step model, and exports default to it")
     solver: SolverOptions = Field(default_factory=SolverOptions, description="CP-SAT and candidate-enumeration options")
     placement: PlacementOptions = Field(default_factory=PlacementOptions, description="how experts are placed on their ranks")

@@ -1,0 +1,148 @@
+"""Hostile and broken input: every case is refused with a message that names the field or the line,
+never a traceback, a hang or a silent change of meaning."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.cli.main import main
+from planner.errors import PlannerInputError, load_yaml_file, parse_json_text
+from planner.paths import data_dir
+from planner.problem.schema import load_problem, parse_problem
+
+BASE = yaml.safe_load((data_dir("problems") / "llama-3.1-70b-hgx-h100.yaml").read_text())
+
+
+def _refusal(raw: dict) -> str:
+    with pytest.raises(PlannerInputError) as info:
+        parse_problem(raw, source="p.yaml")
+    return str(info.value)
+
+
+def _with(path: str, value) -> dict:
+    raw = json.loads(json.dumps(BASE))
+    node = raw
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node[int(key)] if key.isdigit() else node.setdefault(key, {})
+    node[int(last) if last.isdigit() else last] = value
+    return raw
+
+
+def test_a_repeated_key_is_refused_with_both_lines(tmp_path):
+    # PyYAML keeps the last of two `workloads:` keys, so the first workload vanished without a word.
+    path = tmp_path / "p.yaml"
+    path.write_text("model: llama-3.1-70b\ncluster: {racks: [{type: hgx-h100}]}\n"
+                    "workloads:\n  - {name: a, input_tokens: 8, output_tokens: 8}\n"
+                    "workloads:\n  - {name: b, input_tokens: 8, output_tokens: 8}\n")
+    with pytest.raises(PlannerInputError, match=r"line 5.*'workloads' repeats \(first on line 3\)"):
+        load_problem(path)
+    path.write_text("a: {x: 1, x: 2}\n")  # in a flow mapping on one line too
+    with pytest.raises(PlannerInputError, match="'x' repeats"):
+        load_yaml_file(path)
+
+
+def test_merge_keys_still_work(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("base: &b {p: 1}\nderived:\n  <<: *b\n  q: 2\n")
+    assert load_yaml_file(path) == {"base": {"p": 1}, "derived": {"p": 1, "q": 2}}
+
+
+def test_an_alias_bomb_is_refused_before_it_expands(tmp_path):
+    levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    levels += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 30)]  # 9^30 leaves if expanded
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(levels) + "\n")
+    with pytest.raises(PlannerInputError, match="more than 200 aliases"):
+        load_yaml_file(path)
+
+
+@pytest.mark.parametrize("text", ["", "\x00\xff\xfe binary", "- just\n- a list\n", "[" * 5000])
+def test_raw_text_that_is_not_a_problem(tmp_path, text):
+    path = tmp_path / "p.yaml"
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(PlannerInputError):
+        load_problem(path)
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("workloads.0.input_tokens", float("nan"), "workloads[0].input_tokens"),
+    ("workloads.0.tpot_limit_ms", float("inf"), "workloads[0].tpot_limit_ms"),
+    ("workloads.0.demand", {"output_tokens_per_s": float("nan")}, "workloads[0].demand.output_tokens_per_s"),
+    ("workloads.0.name", "", "workloads[0].name"),
+    ("workloads.0.name", "chat\nrm -rf ~", "workloads[0].name"),
+    ("cluster.racks.0.count", 1_000_000_000, "cluster.racks[0].count"),
+    ("solver.max_batch_per_replica", 10**12, "solver.max_batch_per_replica"),
+    ("solver.time_limit_s", 1e9, "solver.time_limit_s"),
+])
+def test_a_value_out_of_bounds_names_its_field(field, value, named):
+    message = _refusal(_with(field, value))
+    assert named in message and "fix:" in message
+
+
+def test_the_same_rack_type_twice_is_refused_not_merged():
+    # 2 x 2 racks were silently collapsed into 2.
+    raw = _with("cluster.racks", [{"type": "hgx-h100", "count": 2}, {"type": "hgx-h100", "count": 2}])
+    assert "rack type listed more than once: hgx-h100" in _refusal(raw)
+
+
+def test_json_refuses_nan_and_infinity():
+    for token in ("NaN", "Infinity", "-Infinity"):
+        with pytest.raises(PlannerInputError, match="non-standard JSON number"):
+            parse_json_text(f'{{"a": {token}}}', "plan.json")
+
+
+def test_an_expert_profile_with_nan_is_refused(tmp_path):
+    # An all-NaN profile was accepted and changed the plan (+50% $/h, no warning).
+    profile = tmp_path / "loads.csv"
+    profile.write_text(",".join(["nan"] * 256) + "\n")
+    raw = yaml.safe_load((data_dir("problems") / "deepseek-v3-wide-ep-skewed.yaml").read_text())
+    raw["placement"]["expert_load"] = {"file": str(profile)}
+    problem = parse_problem(raw)
+    from planner.problem.resolve import resolve_problem
+
+    with pytest.raises(PlannerInputError, match="256 loads are NaN or infinite"):
+        resolve_problem(problem, base_dir=tmp_path)
+
+
+@pytest.mark.parametrize("flags", [["--isl", "0"], ["--osl", "-3"], ["--price", "nan"], ["--batch", "inf"], ["--tp", "0"],
+                                   ["--price", "-1"], ["--expert-imbalance", "0.5"]])
+def test_estimate_flags_follow_the_file_rules(flags, capsys):
+    # --isl 0 used to be replaced by the default, and a negative price printed a negative cost.
+    with pytest.raises(SystemExit) as info:
+        main(["estimate", "--model", "llama-3.1-70b", "--rack", "hgx-h100", "--batch", "8", *flags])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flags[0]}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["frontier", "llama-3.1-70b-hgx-h100", "--points", "100000"],
+                                  ["compare", "llama-3.1-70b-hgx-h100", "--count", "1000000000"],
+                                  ["lifecycle", "--model", "llama-3.1-70b", "--lifetime-days", "nan"]])
+def test_sweep_sizes_are_bounded(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"argument {argv[-2]}" in err and "Traceback" not in err
+
+
+def test_a_plan_carries_no_absolute_path(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["solve", "llama-3.1-70b-hgx-h100", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["problem_dir"] is None  # the problem names no files
+    raw = yaml.safe_load((data_dir("problems") / "deepseek-v3-wide-ep-skewed.yaml").read_text())
+    profile = tmp_path / "inputs" / "loads.json"
+    profile.parent.mkdir()
+    profile.write_text(json.dumps({"layers": [[1.0 + (e % 7) for e in range(256)]]}))
+    raw["placement"]["expert_load"] = {"file": "loads.json"}
+    problem_path = tmp_path / "inputs" / "p.yaml"
+    problem_path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "plans" / "skewed.json"
+    out.parent.mkdir()
+    assert main(["solve", str(problem_path), "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["problem_dir"] == str(Path("..") / "inputs")
+    assert main(["check", str(out)]) == 0  # the relative directory resolves from the plan's own place
