@@ -10,7 +10,7 @@ from planner.paths import data_dir
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import load_problem
 
-__all__ = ["Progress", "load_plan", "problem_arg", "resolve_problem_path", "resolved_from_plan", "write_json", "write_text"]
+__all__ = ["Progress", "load_checked_plan", "load_plan", "problem_arg", "resolve_problem_path", "resolved_from_plan", "write_json", "write_text"]
 
 
 EXIT_OK, EXIT_INVALID_PLAN, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
@@ -100,3 +100,18 @@ def resolved_from_plan(record: dict, path: Path):
         raise PlannerInputError(InputIssue(f"{path}: problem_spec", "missing", "re-solve the problem: plans embed their problem"))
     base = path.parent / record["problem_dir"] if record.get("problem_dir") else path.parent  # relative to the plan file
     return resolve_problem(parse_problem(record["problem_spec"], source=f"{path}: problem_spec"), base_dir=base, source=str(path))
+
+
+def load_checked_plan(text: str) -> tuple[dict, Path]:
+    """A plan that passes the independent checker (HBM, limits, demand, racks, placement, expert
+    maps re-derived from its embedded problem), for commands that act on it (`export`, `view`);
+    a plan that fails is refused with its first problems, before anything is written."""
+    from planner.output.validate import check_plan
+
+    record, path = load_plan(text)
+    violations = check_plan(resolved_from_plan(record, path), record, placement=True)
+    if violations:
+        shown = "; ".join(str(v) for v in violations[:3]) + (f"; and {len(violations) - 3} more" if len(violations) > 3 else "")
+        raise PlannerInputError(InputIssue(text, f"the plan fails its check: {shown}",
+                                           f"re-solve the problem, or run `planner check {text}` for every problem"))
+    return record, path

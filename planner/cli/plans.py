@@ -11,6 +11,7 @@ from planner.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_INVALID_PLAN,
     EXIT_OK,
+    load_checked_plan,
     load_plan,
     resolve_problem_path,
     resolved_from_plan,
@@ -49,7 +50,7 @@ def solve_command(args: argparse.Namespace, console: Console) -> int:
 def export_command(args: argparse.Namespace, console: Console) -> int:
     from planner.output.export import export_plan
 
-    record, path = load_plan(args.plan)
+    record, path = load_checked_plan(args.plan)
     if args.output and Path(args.output).resolve() == Path(path).resolve():
         raise PlannerInputError(InputIssue("-o", f"{args.output} is the plan being exported; writing there would replace it",
                                            "choose another output path, e.g. placement.json"))
@@ -82,6 +83,6 @@ def check_command(args: argparse.Namespace, console: Console) -> int:
 def view_command(args: argparse.Namespace, console: Console) -> int:
     from planner.output.plan_view import render_placement
 
-    record, _ = load_plan(args.plan)
+    record, _ = load_checked_plan(args.plan)
     render_placement(record, console, args.rack)
     return EXIT_OK

@@ -7,7 +7,7 @@ The fields every reader relies on are typed here; a deployment's figures (latenc
 costs and their ranges, step terms, memory) are kept as written, since `check` recomputes them.
 """
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error
+from planner.limits import MAX_BATCH_PER_REPLICA, MAX_PARALLEL_DEGREE, MAX_REPLICAS
 from planner.modes import Engine, ServingRole
 
 __all__ = ["PLAN_FORMAT", "PLAN_FORMAT_VERSION", "Plan", "parse_plan", "plan_json_schema"]
@@ -28,7 +29,10 @@ PLAN_FORMAT_VERSION = 1
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+Degree = Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE)]
 
 
 class PlacedAccelerator(_Strict):
@@ -72,17 +76,17 @@ class ExpertMap(_Strict):
 class PlanDeployment(BaseModel):
     """One deployment: a layout of one model on one rack type, its replicas and where they run."""
 
-    model_config = ConfigDict(extra="allow")  # the figures check recomputes (see the module docstring)
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)  # the figures check recomputes (see the module docstring)
 
     workload: str = Field(min_length=1)
     model: str = Field(min_length=1)
     rack: str = Field(min_length=1)
-    replicas: PositiveInt
-    tp: PositiveInt
-    ep: PositiveInt
-    pp: PositiveInt
-    dp_attn: PositiveInt
-    batch_per_replica: PositiveInt
+    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)]
+    tp: Degree
+    ep: Degree
+    pp: Degree
+    dp_attn: Degree
+    batch_per_replica: Annotated[int, Field(ge=1, le=MAX_BATCH_PER_REPLICA)]
     role: ServingRole = ServingRole.AGGREGATED
     engine: Engine = Engine.TRTLLM
     precisions: dict[str, str]
