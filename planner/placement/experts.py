@@ -36,6 +36,11 @@ __all__ = ["ExpertPlacement", "LayerPlacement", "count_moves", "eplb_baseline", 
            "place_experts"]
 
 SWAP_TIME_LIMIT_S = 0.25  # per layer
+MIN_CPSAT_TIME_S = 0.01
+# Building the CP-SAT model in Python costs about 18 us per (expert, rank) variable with its constraints
+# (16.8 s for 58 DeepSeek-V3 layers x 256 experts x 64 ranks, ortools 9.15 on 2 cores): a layer whose
+# share of the time limit cannot pay for the build keeps its heuristic placement.
+CPSAT_BUILD_S_PER_VARIABLE = 18e-6  # below this CP-SAT cannot improve on the heuristic it is hinted with
 CPSAT_LOAD_RESOLUTION = 1e-6  # loads are scaled to integers of this share of a layer's total
 
 
@@ -279,13 +284,15 @@ def _within_budget(loads: np.ndarray, previous: list[list[int]], budget: int, ti
     return best[1], best[2]  # additions = 0 always succeeds: the previous placement itself
 
 
-def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slots_per_rank: int, time_limit_s: float,
+def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slots_per_rank: int, deadline: float,
            workers: int, previous: list[list[int]] | None = None, budget: int | None = None) -> tuple[list[list[int]], bool]:
     """Step 4: CP-SAT min-max with the heuristic as a complete hint (docs/cpsat.md section 6.2). Returns
     the better of the two placements and whether CP-SAT proved it optimal (at the load resolution).
     With `previous` ranks are no longer interchangeable (no symmetry breaking); with `budget` too, at
     most that many copies may land on a rank that did not hold them."""
     n_ranks, n_experts = len(ranks), len(per_copy)
+    if deadline - time.perf_counter() < n_ranks * n_experts * CPSAT_BUILD_S_PER_VARIABLE + MIN_CPSAT_TIME_S:
+        return ranks, False  # not enough time left to build the model, let alone search it
     q = np.maximum(1, np.round(per_copy / per_copy.sum() / CPSAT_LOAD_RESOLUTION)).astype(int)
     order = sorted(range(n_experts), key=lambda e: -q[e])
     m = cp_model.CpModel()
@@ -313,9 +320,12 @@ def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slo
         for key, var in x.items():
             m.add_hint(var, key in hint)
         m.add_hint(lmax, max(sum(int(q[e]) for e in rank) for rank in canonical))
+    remaining_s = deadline - time.perf_counter()  # building the model counts against the budget too
+    if remaining_s < MIN_CPSAT_TIME_S:
+        return ranks, False
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers
-    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.max_time_in_seconds = remaining_s
     solver.parameters.random_seed = 0
     status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -328,6 +338,7 @@ def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slo
 
 def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, method: str, time_limit_s: float,
            workers: int, swap: bool = True, previous: list[list[int]] | None = None, budget: int | None = None) -> LayerPlacement:
+    deadline = time.perf_counter() + time_limit_s
     copies = _replicate(loads, n_ranks * slots_per_rank, n_ranks)
     ranks = _pack(loads, copies, n_ranks, slots_per_rank)
     if swap:
@@ -339,7 +350,7 @@ def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, met
     per_copy = loads / copies
     proven = False
     if method == "cpsat":
-        ranks, proven = _cpsat(per_copy, copies, ranks, slots_per_rank, time_limit_s, workers, previous, budget)
+        ranks, proven = _cpsat(per_copy, copies, ranks, slots_per_rank, deadline, workers, previous, budget)
     rank_loads = tuple(float(sum(per_copy[e] for e in rank)) for rank in ranks)
     bound = max(float(loads.sum()) / n_ranks, float(per_copy.max()))
     moves = None if previous is None else count_moves(previous, ranks)
@@ -355,7 +366,7 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
     start = time.perf_counter()
     slots_per_rank = arch.moe.n_routed_experts // n_ranks + redundant_per_rank
     moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
-    per_layer_limit = time_limit_s / max(1, len(moe_layers))
+    deadline = start + time_limit_s
 
     def before(i: int) -> list[list[int]] | None:
         if previous is None:
@@ -363,8 +374,11 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
         row = [int(e) for e in previous[i]]
         return [row[r * slots_per_rank:(r + 1) * slots_per_rank] for r in range(n_ranks)]
 
-    layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, method, per_layer_limit, workers, previous=before(i),
-                          budget=max_moves_per_layer) for k, i in enumerate(moe_layers))
+    layers = []
+    for k, i in enumerate(moe_layers):  # each layer gets an equal share of what is left, so the total stays within the limit
+        share_s = max(0.0, deadline - time.perf_counter()) / (len(moe_layers) - k)
+        layers.append(_layer(i, loads[k], n_ranks, slots_per_rank, method, share_s, workers, previous=before(i), budget=max_moves_per_layer))
+    layers = tuple(layers)
     label = {"greedy": "replicate + LPT + swap search", "cpsat": "replicate + LPT + swap search + CP-SAT"}[method]
     return ExpertPlacement(n_ranks, slots_per_rank, layers, label, time.perf_counter() - start, profile)
 
