@@ -38,3 +38,19 @@ def run_estimate(hw, models):
         return estimate(inputs)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def solved_bundled():
+    """Every feasible bundled problem, resolved and solved once for the session: name -> (resolved, result)."""
+    from planner.paths import data_dir
+    from planner.problem.resolve import resolve_problem
+    from planner.problem.schema import load_problem
+    from planner.solver.solve import solve
+
+    out = {}
+    for path in sorted(data_dir("problems").glob("*.yaml")):
+        if not path.stem.startswith("infeasible"):
+            resolved = resolve_problem(load_problem(path), base_dir=path.parent)
+            out[path.stem] = (resolved, solve(resolved))
+    return out

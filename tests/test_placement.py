@@ -264,7 +264,7 @@ def test_launch_scripts_use_each_engines_flags(plans):
     assert f"--data-parallel-size {d['dp_attn']}" in vllm and "--data-parallel-size-local 4" in vllm  # 4 GPUs per tray
     assert f'"num_redundant_experts": {redundant}' in vllm and "--kv-cache-dtype fp8" in vllm
     sglang = export_plan(record, "sglang")
-    assert f"--ep-size {d['ep']}" in sglang and "--enable-dp-attention" in sglang and "--init-expert-location" in sglang
+    assert f"--ep-size {d['ep']}" in sglang and f"--attn-dp-size {d['dp_attn']}" in sglang and "--init-expert-location" in sglang
     assert f"--ep-num-redundant-experts {redundant}" in sglang and "physical_to_logical_map" in sglang
     trt = export_plan(record, "trtllm")
     assert f"--ep_size {d['ep']}" in trt and "enable_attention_dp: true" in trt

@@ -22,8 +22,8 @@ def _solve(raw_or_path, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def solved():
-    return {path.stem: _solve(path) for path in FEASIBLE}
+def solved(solved_bundled):
+    return solved_bundled
 
 
 @pytest.mark.parametrize("name", [p.stem for p in FEASIBLE])

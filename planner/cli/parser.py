@@ -122,7 +122,8 @@ def _add_plan_commands(sub: argparse._SubParsersAction) -> None:
     export = sub.add_parser("export", help="export a solved plan for a serving stack",
                             description="Write the plan's placement (json) or launch scripts for vLLM, SGLang or TensorRT-LLM.")
     export.add_argument("plan", help="plan JSON written by `planner solve --json`")
-    export.add_argument("--format", choices=[f.value for f in ExportFormat], default=ExportFormat.JSON.value, help="json: placement document; others: a launch script")
+    export.add_argument("--format", choices=[f.value for f in ExportFormat], default=None,
+                        help="json: placement document; vllm, sglang, trtllm: a launch script (default: the plan's engine)")
     export.add_argument("-o", "--output", help="write to a file instead of standard output")
     export.set_defaults(handler="planner.cli.plans:export_command")
     check = sub.add_parser("check", help="verify a plan independently of the solver (exit 0 valid, 1 invalid)",

@@ -24,7 +24,7 @@ from planner.paths import data_dir
 from planner.precision import Precision
 from planner.schema import CatalogId, EdgeModel
 
-__all__ = ["ModelCatalog", "ModelSpec", "arch_from_spec", "load_model_catalog"]
+__all__ = ["load_model_specs", "ModelCatalog", "ModelSpec", "arch_from_spec", "load_model_catalog"]
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -108,7 +108,11 @@ class ModelSpec(EdgeModel):
 
     id: CatalogId = Field(description="lowercase kebab-case id, e.g. llama-3.1-70b")
     name: str = Field(description="display name")
-    hf_repo: str | None = Field(default=None, description="Hugging Face repository")
+    hf_repo: str | None = Field(default=None, description="Hugging Face repository the architecture is read from")
+    serving_repo: str | None = Field(default=None, description="repository exports serve (the instruct or chat model); default hf_repo")
+    quantized_repos: dict[Precision, str] = Field(
+        default_factory=dict, description="pre-quantized checkpoints by weight format (fp8, nvfp4), so exports need no online quantization")
+    trust_remote_code: bool = Field(default=False, description="whether the engines need --trust-remote-code to load it")
     n_layers: PositiveInt = Field(description="transformer blocks")
     hidden_size: PositiveInt = Field(description="model width d")
     vocab_size: PositiveInt = Field(description="tokenizer vocabulary")
@@ -215,17 +219,23 @@ class ModelCatalog(dict[str, ModelArch]):
 
 
 @functools.lru_cache(maxsize=4)
-def load_model_catalog(directory: Path | None = None) -> ModelCatalog:
-    """Read every `*.yaml` under `directory` (default: the built-in models/)."""
+def load_model_specs(directory: Path | None = None) -> dict[str, ModelSpec]:
+    """Every model entry of the `*.yaml` files under `directory` (default: the built-in models/), as written."""
     root = directory or data_dir("models")
-    catalog = ModelCatalog()
+    specs: dict[str, ModelSpec] = {}
     for path in sorted(root.glob("*.yaml")):
         try:
             parsed = _ModelFile.model_validate(load_yaml_file(path))
         except ValidationError as exc:
             raise PlannerInputError(issues_from_validation_error(exc, model=_ModelFile), source=str(path)) from None
         for spec in parsed.models:
-            if spec.id in catalog:
+            if spec.id in specs:
                 raise PlannerInputError(InputIssue(spec.id, f"model defined twice ({path.name})", "keep one entry"))
-            catalog[spec.id] = arch_from_spec(spec)
-    return catalog
+            specs[spec.id] = spec
+    return specs
+
+
+@functools.lru_cache(maxsize=4)
+def load_model_catalog(directory: Path | None = None) -> ModelCatalog:
+    """The architectures of `load_model_specs(directory)` by id."""
+    return ModelCatalog({model_id: arch_from_spec(spec) for model_id, spec in load_model_specs(directory).items()})

@@ -1,0 +1,285 @@
+"""The servers of a plan for each serving engine, as data for `planner/output/launch.py`.
+
+Flag names and rules follow the engines' own argument parsers; `planner/output/engine_flags/` records
+them with their version (`tools/record_engine_flags.py`), and the test suite checks every export of
+every bundled problem against those tables.
+
+Per server: it binds 0.0.0.0 on a port unique on its host; a replica over several hosts is started
+by one command per host (vLLM data-parallel ranks with `--headless`, SGLang `--node-rank`), or by
+`mpirun` from its first host (TensorRT-LLM). Pre-quantized checkpoints from the model catalog are
+served where the plan's weight format differs from the model's native one.
+"""
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from planner.hardware.catalog import load_hardware_catalog
+from planner.model.catalog import load_model_specs
+from planner.output.launch import (
+    HostRef,
+    LaunchScript,
+    Server,
+    Word,
+    safe_file_name,
+    word,
+)
+
+__all__ = ["ENGINE_VERSIONS", "Checkpoint", "ENGINE_BUILDERS", "Ports", "checkpoint", "hosts_of", "replicas_of"]
+
+# The engine releases whose parsers the flags were checked against (planner/output/engine_flags/).
+ENGINE_VERSIONS = {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23 (router: sglang-router 0.3.2)",
+                   "trtllm": "TensorRT-LLM main after 1.3.0rc24 (serve.py, llm_args.py as of 2026-11)"}
+API_PORT, RENDEZVOUS_PORT, SIDE_CHANNEL_PORT, BOOTSTRAP_PORT, ROUTER_PORT = 8000, 13345, 5600, 8998, 8192
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str  # "<rack-id>#<instance>/host<k>"
+    local_indices: tuple[int, ...]  # accelerator indices on that host
+
+
+class Ports:
+    """Ports handed out per host, so that no two servers on one host collide."""
+
+    def __init__(self) -> None:
+        self.used: dict[tuple[str, int], int] = {}
+
+    def take(self, host: str, base: int, width: int = 1) -> int:
+        """The next free port from `base` on `host`, keeping `width` consecutive ports (vLLM's NIXL side
+        channel listens on its base port + the data-parallel rank)."""
+        n = self.used.get((host, base), 0)
+        self.used[(host, base)] = n + width
+        return base + n
+
+
+# ---------------------------------------------------------------------------------------------
+# reading the plan
+
+
+def host_size(record: dict, rack_instance: str) -> int:
+    info = (record.get("racks") or {}).get(rack_instance, {})
+    if info.get("accelerators_per_host"):
+        return int(info["accelerators_per_host"])
+    rack = load_hardware_catalog().racks.get(rack_instance.split("#")[0])
+    return rack.host_size if rack else 1
+
+
+def replicas_of(d: dict) -> list[list[dict]]:
+    by_replica: OrderedDict[int, list[dict]] = OrderedDict()
+    for role in d.get("placement", []):
+        by_replica.setdefault(role["replica"], []).append(role)
+    return list(by_replica.values())
+
+
+def hosts_of(record: dict, roles: list[dict]) -> list[Host]:
+    hosts: OrderedDict[str, list[int]] = OrderedDict()
+    for role in roles:
+        rack, index = role["accelerator"].rsplit("/", 1)
+        size = host_size(record, rack)
+        hosts.setdefault(f"{rack}/host{int(index) // size}", []).append(int(index) % size)
+    return [Host(name, tuple(idx)) for name, idx in hosts.items()]
+
+
+def _max_len(record: dict, d: dict) -> int:
+    w = next(w for w in record["problem_spec"]["workloads"] if w["name"] == d["workload"])
+    return int(w["input_tokens"]) + int(w["output_tokens"])
+
+
+def _redundant(d: dict) -> int:
+    emap = d.get("expert_map")
+    return emap["n_ranks"] * emap["slots_per_rank"] - emap["n_logical_experts"] if emap else 0
+
+
+def vendor_of(record: dict, accelerator_id: str) -> str:
+    custom = {a["id"]: a for a in record["problem_spec"]["cluster"].get("custom_accelerators", [])}
+    if accelerator_id in custom:
+        return str(custom[accelerator_id]["vendor"])
+    accelerator = load_hardware_catalog().accelerators.get(accelerator_id)
+    return accelerator.vendor if accelerator else "unknown"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    repo: str
+    online_quantization: str | None  # the weight format the engine must quantize to at load time, if any
+    trust_remote_code: bool
+
+
+def checkpoint(d: dict) -> Checkpoint:
+    """The repository to serve: a pre-quantized one for the plan's weight format when the catalog
+    knows it, else the instruct model (quantized at load time when the format differs)."""
+    spec = load_model_specs().get(d["model"])
+    if spec is None:  # an imported or inline model: the operator's own path
+        return Checkpoint(f"/models/{safe_file_name(d['model'])}", None, False)
+    weights, native = d["precisions"]["weights"], spec.native_weights_precision.value
+    repo = spec.quantized_repos.get(weights) if weights != native else None
+    base = spec.serving_repo or spec.hf_repo or f"/models/{safe_file_name(d['model'])}"
+    return Checkpoint(repo or base, None if weights == native or repo else weights, spec.trust_remote_code)
+
+
+def _visible(vendor: str, host: Host) -> Word:
+    variable = "HIP_VISIBLE_DEVICES" if vendor == "AMD" else "CUDA_VISIBLE_DEVICES"
+    return word(f"{variable}={','.join(map(str, host.local_indices))}")
+
+
+def _label(d: dict, index: int, roles: list[dict], h: int = 0) -> str:
+    return f"{d['workload']}-{index}-r{roles[0]['replica']}" + (f"-h{h}" if h else "")
+
+
+def _flags(*pairs) -> list[Word]:
+    """Words of `--flag value` pairs (a None value drops the pair; True writes the bare flag)."""
+    out: list[Word] = []
+    for flag, value in pairs:
+        if value is None or value is False:
+            continue
+        out.append(word(flag))
+        if value is not True:
+            out.append(value if isinstance(value, tuple) else word(value))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM
+
+
+def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
+    ckpt, kv = checkpoint(d), d["precisions"]["kv_cache"]
+    tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
+    role = d.get("role", "aggregated")
+    if ep not in (1, tp * dp):
+        script.notes.append(f"vLLM sets EP = TP x DP with --enable-expert-parallel; deployment {index}'s EP {ep} becomes {tp * dp}")
+    if d.get("expert_map"):
+        script.notes.append(f"deployment {index}: vLLM cannot load a given expert placement; EPLB rebalances at run time instead")
+    common = _flags(("--tensor-parallel-size", tp), ("--pipeline-parallel-size", pp),
+                    ("--max-num-seqs", max(1, d["batch_per_replica"] // dp)), ("--max-model-len", _max_len(record, d)),
+                    ("--kv-cache-dtype", "fp8" if kv.startswith("fp8") else None),
+                    # `fp8` on a bf16 checkpoint is deprecated in vLLM 0.33 (model_loader/weight_utils.py) for:
+                    ("--quantization", "fp8_per_tensor" if ckpt.online_quantization == "fp8" else None),
+                    ("--trust-remote-code", ckpt.trust_remote_code), ("--enable-expert-parallel", ep > 1),
+                    ("--enable-eplb", _redundant(d) > 0),
+                    ("--eplb-config", json.dumps({"num_redundant_experts": _redundant(d)}) if _redundant(d) else None))
+    if role != "aggregated":  # vLLM docs/features/nixl_connector_usage.md
+        kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
+        common += _flags(("--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role})))
+    for roles in replicas_of(d):
+        hosts = hosts_of(record, roles)
+        head, port = hosts[0].name, ports.take(hosts[0].name, API_PORT)
+        # Whole TP x PP groups on every host: data-parallel ranks per host (--headless after the first);
+        # a group across hosts: one multi-node engine (--nnodes, --node-rank, --master-addr; mp backend).
+        whole_groups = not any(len(h.local_indices) % (tp * pp) for h in hosts)
+        rendezvous = ports.take(head, RENDEZVOUS_PORT) if len(hosts) > 1 else None
+        script.endpoints.setdefault((d["workload"], role), []).append((head, port, None))
+        first_rank = 0
+        for h, host in enumerate(hosts):
+            local = len(host.local_indices) // (tp * pp)
+            env = [_visible(vendor_of(record, d["accelerator"]), host)]
+            if role != "aggregated":
+                env += [word("VLLM_NIXL_SIDE_CHANNEL_HOST=", HostRef(host.name)),
+                        word(f"VLLM_NIXL_SIDE_CHANNEL_PORT={ports.take(host.name, SIDE_CHANNEL_PORT, width=max(1, local))}")]
+            argv = [word("env"), *env, word("vllm"), word("serve"), word(ckpt.repo), *common]
+            argv += _flags(("--host", "0.0.0.0"), ("--port", port if h == 0 else None), ("--data-parallel-size", dp if dp > 1 else None))
+            if whole_groups:
+                argv += _flags(("--data-parallel-size-local", local if dp > 1 else None),
+                               ("--data-parallel-address", word(HostRef(head)) if rendezvous else None), ("--data-parallel-rpc-port", rendezvous),
+                               ("--data-parallel-start-rank", first_rank if h else None))
+            else:
+                argv += _flags(("--nnodes", len(hosts)), ("--node-rank", h), ("--master-addr", word(HostRef(head))), ("--master-port", rendezvous))
+            argv += _flags(("--headless", h > 0))
+            script.servers.append(Server(host.name, _label(d, index, roles, h), argv, None if h else port))
+            first_rank += local
+
+
+# ---------------------------------------------------------------------------------------------
+# SGLang
+
+
+def _sglang(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
+    ckpt, kv = checkpoint(d), d["precisions"]["kv_cache"]
+    tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
+    role = d.get("role", "aggregated")
+    map_file = None
+    if d.get("expert_map"):
+        map_file = safe_file_name(f"expert_map_{d['workload']}_{index}.json")
+        script.files[map_file] = json.dumps({"physical_to_logical_map": d["expert_map"]["physical_to_logical_map"]})
+    # --attn-dp-size replaces --dp-size with --enable-dp-attention (deprecated in SGLang 0.5.23, server_args.py)
+    common = _flags(("--tp-size", tp * dp), ("--pp-size", pp), ("--max-running-requests", d["batch_per_replica"]),
+                    ("--context-length", _max_len(record, d)), ("--attn-dp-size", dp if dp > 1 else None),
+                    ("--ep-size", ep if ep > 1 else None), ("--moe-a2a-backend", "deepep" if ep > 1 else None),
+                    ("--kv-cache-dtype", "fp8_e4m3" if kv.startswith("fp8") else None),
+                    ("--quantization", "fp8" if ckpt.online_quantization == "fp8" else None),
+                    ("--load-format", "layered" if ckpt.online_quantization == "fp8" else None),  # quantize layer by layer, not after a bf16 load
+                    ("--trust-remote-code", ckpt.trust_remote_code),
+                    ("--init-expert-location", map_file), ("--ep-dispatch-algorithm", "static" if map_file else None),
+                    ("--ep-num-redundant-experts", _redundant(d) or None),
+                    ("--disaggregation-mode", role if role != "aggregated" else None),
+                    ("--disaggregation-transfer-backend", "nixl" if role != "aggregated" else None))
+    for roles in replicas_of(d):
+        hosts = hosts_of(record, roles)
+        head, port = hosts[0].name, ports.take(hosts[0].name, API_PORT)
+        bootstrap = ports.take(head, BOOTSTRAP_PORT) if role == "prefill" else None
+        rendezvous = ports.take(head, RENDEZVOUS_PORT) if len(hosts) > 1 else None
+        script.endpoints.setdefault((d["workload"], role), []).append((head, port, bootstrap))
+        for h, host in enumerate(hosts):
+            argv = [word("env"), _visible(vendor_of(record, d["accelerator"]), host), word("python3"), word("-m"),
+                    word("sglang.launch_server"), *_flags(("--model-path", ckpt.repo), ("--host", "0.0.0.0"), ("--port", port)), *common]
+            argv += _flags(("--disaggregation-bootstrap-port", bootstrap), ("--nnodes", len(hosts) if rendezvous else None),
+                           ("--node-rank", h if rendezvous else None),
+                           ("--dist-init-addr", word(HostRef(head), ":", rendezvous) if rendezvous else None))
+            script.servers.append(Server(host.name, _label(d, index, roles, h), argv, None if h else port))
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorRT-LLM
+
+
+def _trtllm_options(record: dict, d: dict, index: int, script: LaunchScript) -> str:
+    extra = [f"enable_attention_dp: {'true' if d['dp_attn'] > 1 else 'false'}"]
+    role = d.get("role", "aggregated")
+    if role != "aggregated":  # TensorRT-LLM docs/source/features/disagg-serving.md
+        extra += (["disable_overlap_scheduler: true"] if role == "prefill" else [])
+        extra += ["cache_transceiver_config:", "  backend: UCX", f"  max_tokens_in_buffer: {_max_len(record, d)}"]
+    if d["precisions"]["kv_cache"].startswith("fp8"):
+        extra += ["kv_cache_config:", "  dtype: fp8"]
+    if d.get("expert_map"):
+        balancer = safe_file_name(f"moe_load_balancer_{d['workload']}_{index}.yaml")
+        emap = d["expert_map"]
+        body = [f"num_slots: {emap['n_ranks'] * emap['slots_per_rank']}", "layer_updates_per_iter: 0", "initial_global_assignments:"]
+        body += [f"  {layer['layer']}: {json.dumps(emap['physical_to_logical_map'][layer['layer']])}" for layer in emap["layers"]]
+        script.files[balancer] = "\n".join(body)
+        # the default MoE backend (CUTLASS) takes a load balancer; WIDEEP, which older releases required, was removed in 2026
+        extra += ["moe_config:", f"  load_balancer: {balancer}"]
+    name = safe_file_name(f"extra_llm_api_options_{d['workload']}_{index}.yaml")
+    script.files[name] = "\n".join(extra)
+    return name
+
+
+def _trtllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
+    ckpt = checkpoint(d)
+    tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
+    if ckpt.online_quantization:
+        script.notes.append(f"deployment {index}: TensorRT-LLM does not quantize at load time and no {ckpt.online_quantization} checkpoint "
+                            f"of {d['model']} is in the catalog; quantize {ckpt.repo} with TensorRT Model Optimizer and serve that")
+    if dp > 1 and tp > 1:
+        script.notes.append(f"deployment {index}: TensorRT-LLM attention data parallelism runs attention unsharded; TP {tp} becomes 1")
+    options = _trtllm_options(record, d, index, script)
+    for roles in replicas_of(d):
+        hosts = hosts_of(record, roles)
+        head, port = hosts[0].name, ports.take(hosts[0].name, API_PORT)
+        script.endpoints.setdefault((d["workload"], d.get("role", "aggregated")), []).append((head, port, None))
+        serve = [word("trtllm-serve"), word(ckpt.repo)]
+        serve += _flags(("--host", "0.0.0.0"), ("--port", port), ("--backend", "pytorch"), ("--tp_size", tp * dp), ("--pp_size", pp),
+                        ("--ep_size", ep), ("--max_batch_size", max(1, d["batch_per_replica"] // dp)),
+                        ("--max_seq_len", _max_len(record, d)), ("--extra_llm_api_options", options),
+                        ("--trust_remote_code", ckpt.trust_remote_code))
+        if len(hosts) > 1:  # one MPI job from the first host reaches the others
+            parts: list = []
+            for h, host in enumerate(hosts):
+                parts += ([","] if h else []) + [HostRef(host.name), f":{len(host.local_indices)}"]
+            argv = [word("mpirun"), word("-n"), word(len(roles)), word("--host"), word(*parts), word("trtllm-llmapi-launch"), *serve]
+        else:
+            argv = [word("env"), _visible("NVIDIA", hosts[0]), *serve]
+        script.servers.append(Server(head, _label(d, index, roles), argv, port))
+
+
+ENGINE_BUILDERS = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}

@@ -1,0 +1,169 @@
+"""Exported launch scripts start as written: every export of every bundled problem is run, host by
+host, against stub engine commands that record their command line; names that carry shell syntax
+stay inert."""
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from planner.errors import PlannerInputError
+from planner.output.engines import vendor_of
+from planner.output.export import export_plan
+from planner.output.plan_report import solve_record
+
+ENGINES = ("vllm", "sglang", "trtllm")
+STUBBED = ("vllm", "python3", "trtllm-serve", "mpirun", "curl")
+
+
+@pytest.fixture(scope="module")
+def stubs(tmp_path_factory) -> Path:
+    """Commands that append their argv (as JSON) to $STUB_LOG; servers then idle until stopped."""
+    directory = tmp_path_factory.mktemp("stubs")
+    for name in STUBBED:
+        body = ("#!/usr/bin/env bash\n"
+                f"python_bin={shlex.quote(os.path.realpath(os.sys.executable))}\n"
+                '"$python_bin" -c \'import json, sys; print(json.dumps(sys.argv[1:]))\' ' + shlex.quote(name) + ' "$@" >> "$STUB_LOG"\n')
+        body += "exit 0\n" if name == "curl" else "exec sleep 30\n"
+        path = directory / name
+        path.write_text(body)
+        path.chmod(0o755)
+    return directory
+
+
+def _run_host(script: Path, host: str, hosts: dict[str, str], stubs: Path, work: Path) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    (work / "hosts.txt").write_text("".join(f"{name} {address}\n" for name, address in hosts.items()))
+    log = work / f"calls-{len(list(work.glob('calls-*')))}.jsonl"
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(work)}
+    run = subprocess.run(["bash", str(script), "--host", host, "--hosts", str(work / "hosts.txt"), "--run-dir", str(work / "run"), "--smoke"],
+                         capture_output=True, text=True, timeout=60, env=env, cwd=work)
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return run, calls
+
+
+def _servers(calls: list[list[str]]) -> list[list[str]]:
+    return [c for c in calls if c[0] != "curl"]
+
+
+FLAGS = {engine: json.loads((Path(__file__).parent / "engine_flags" / f"{engine}.json").read_text()) for engine in ENGINES}
+
+
+def _table(call: list[str]) -> tuple[dict, list[str]]:
+    """The recorded option table a stub call answers to, and the words after the command."""
+    if call[0] == "vllm":
+        return FLAGS["vllm"]["options"], call[3:]  # vllm serve MODEL
+    if call[0] == "python3" and call[2] == "sglang.launch_server":
+        return FLAGS["sglang"]["options"], call[3:]
+    if call[0] == "python3" and call[2] == "sglang_router.launch_router":
+        return FLAGS["sglang"]["router"]["options"], call[3:]
+    if call[0] == "mpirun":
+        call = call[call.index("trtllm-llmapi-launch"):]
+    if call[0] in ("trtllm-serve", "trtllm-llmapi-launch"):
+        words = call[call.index("trtllm-serve") + 1:] if "trtllm-serve" in call else call[1:]
+        return (FLAGS["trtllm"]["options"], words[1:]) if words[0] != "disaggregated" else ({"-c": {"takes_value": True}}, words[1:])
+    return {}, []  # vLLM's toy proxy: a script from its source tree, not a parser we record
+
+
+def _check_flags(call: list[str]) -> None:
+    """Every option exists in the recorded parser, is not deprecated, and its value is one of its choices."""
+    table, words = _table(call)
+    if not table:
+        return
+    i = 0
+    while i < len(words):
+        flag = words[i]
+        assert flag in table, f"{flag} is not an option of {call[:3]} (recorded tables)"
+        entry = table[flag]
+        assert not entry.get("deprecated"), f"{flag} is deprecated"
+        if entry["takes_value"]:
+            if entry.get("choices"):
+                assert words[i + 1] in [str(c) for c in entry["choices"]], (flag, words[i + 1], entry["choices"])
+            i += 1
+            while i + 1 < len(words) and not words[i + 1].startswith("-"):  # further values (nargs '+', e.g. --prefill URL PORT)
+                i += 1
+        i += 1
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_bundled_export_starts_on_every_host(solved_bundled, stubs, tmp_path, engine):
+    started = 0
+    for name, (_, result) in solved_bundled.items():
+        record = solve_record(result)
+        vendors = {vendor_of(record, d["accelerator"]) for d in record["deployments"]}
+        if not vendors <= ({"NVIDIA"} if engine == "trtllm" else {"NVIDIA", "AMD"}):
+            with pytest.raises(PlannerInputError):  # TensorRT-LLM off NVIDIA, or TPU / Trainium: refused by name
+                export_plan(record, engine)
+            continue
+        text = export_plan(record, engine)
+        script = tmp_path / f"{name}-{engine}.sh"
+        script.write_text(text)
+        assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0, name
+        hosts = subprocess.run(["bash", str(script), "--list-hosts"], capture_output=True, text=True, check=True).stdout.split()
+        addresses = {h: f"10.0.{i // 250}.{i % 250 + 1}" for i, h in enumerate(hosts)}
+        for host in hosts[:3] + hosts[-1:]:
+            run, calls = _run_host(script, host, addresses, stubs, tmp_path)
+            assert run.returncode == 0, (name, engine, host, run.stderr[-2000:])
+            servers = _servers(calls)
+            started += len(servers)
+            for call in servers:
+                _check_flags(call)
+                if call[0] == "vllm" and "--data-parallel-size-local" in call:  # vLLM ParallelConfig's rule
+                    assert int(call[call.index("--data-parallel-size-local") + 1]) <= int(call[call.index("--data-parallel-size") + 1])
+            text_calls = " ".join(" ".join(c) for c in servers)
+            assert "<" not in text_calls and "127.0.0.1" not in text_calls  # no placeholders, no loopback-only servers
+            ports = [c[c.index(flag) + 1] for c in servers for flag in ("--port",) if flag in c]
+            assert len(ports) == len(set(ports)), (name, engine, host, ports)  # unique on the host
+            for other in set(addresses) - {host}:  # addresses of other hosts come from the hosts file
+                assert other not in text_calls
+        if engine == "trtllm":  # the engine YAML validates with extra="forbid": every key must be a recorded LlmArgs field
+            import yaml
+
+            known = set(FLAGS["trtllm"]["extra_llm_api_options"])
+            for options in (tmp_path / "run").glob("extra_llm_api_options_*.yaml"):
+                for key, value in yaml.safe_load(options.read_text()).items():
+                    names = [f"{key}.{sub}" for sub in value] if isinstance(value, dict) else [key]
+                    assert set(names) <= known, (name, names)
+    assert started > 0
+
+
+def test_a_missing_host_address_stops_before_anything_starts(solved_bundled, stubs, tmp_path):
+    record = solve_record(solved_bundled["deepseek-v3-gb200-nvl72"][1])
+    script = tmp_path / "launch.sh"
+    script.write_text(export_plan(record, "sglang"))
+    hosts = subprocess.run(["bash", str(script), "--list-hosts"], capture_output=True, text=True, check=True).stdout.split()
+    run, calls = _run_host(script, hosts[0], {hosts[0]: "10.0.0.1"}, stubs, tmp_path)
+    if len(hosts) > 1:
+        assert run.returncode == 2 and "no address for" in run.stderr and calls == []
+    run, calls = _run_host(script, hosts[0], {h: "10.0.0.1;touch PWNED" for h in hosts}, stubs, tmp_path)
+    assert run.returncode == 2 and "not a host name or IP address" in run.stderr and calls == []
+
+
+@pytest.mark.parametrize("name", ["chat$(touch PWNED)", "a;touch PWNED", "a`touch PWNED`", "x' ; touch PWNED ; '", "../../etc/x"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_hostile_workload_name_stays_inert(solved_bundled, stubs, tmp_path, name, engine):
+    record = json.loads(json.dumps(solve_record(solved_bundled["disaggregation-wins-long-prompts"][1])))
+    old = record["deployments"][0]["workload"]
+    for d in record["deployments"]:
+        d["workload"] = name if d["workload"] == old else d["workload"]
+    for w in record["problem_spec"]["workloads"]:
+        w["name"] = name if w["name"] == old else w["name"]
+    record["problem"] = name
+    script = tmp_path / "launch.sh"
+    script.write_text(export_plan(record, engine))
+    hosts = subprocess.run(["bash", str(script), "--list-hosts"], capture_output=True, text=True, check=True).stdout.split()
+    for host in hosts[:2]:
+        run, _ = _run_host(script, host, {h: "10.0.0.1" for h in hosts}, stubs, tmp_path)
+        assert run.returncode == 0, run.stderr[-2000:]
+    assert not list(tmp_path.rglob("PWNED")) and not (tmp_path.parent / "etc").exists()
+    assert all("/" not in p.name for p in (tmp_path / "run").iterdir())
+
+
+def test_tensorrt_llm_is_refused_on_amd(solved_bundled):
+    record = json.loads(json.dumps(solve_record(solved_bundled["llama-3.1-70b-hgx-h100"][1])))
+    for d in record["deployments"]:
+        d["accelerator"] = "mi300x"
+    with pytest.raises(PlannerInputError, match="NVIDIA GPUs only"):
+        export_plan(record, "trtllm")
