@@ -87,6 +87,22 @@ def _check_flags(call: list[str]) -> None:
         i += 1
 
 
+def _check_semantics(call: list[str]) -> None:
+    """Rules the option tables cannot express, each one an error today's exporter made."""
+    words = call[call.index("trtllm-llmapi-launch") + 1:] if "trtllm-llmapi-launch" in call else call
+    if words[0] in ("vllm", "trtllm-serve") and "disaggregated" not in words or words[:3] == ["python3", "-m", "sglang.launch_server"]:
+        if "--headless" not in words:  # every serving process binds an address other hosts reach
+            assert words[words.index("--host") + 1] == "0.0.0.0", words
+    if words[0] == "vllm":
+        assert "--quantization" not in words or words[words.index("--quantization") + 1] != "fp8"  # deprecated for bf16 checkpoints
+        assert "--distributed-executor-backend" not in words  # Ray is not installed with vLLM
+    model = words[3] if words[0] == "vllm" else words[1] if words[0] == "trtllm-serve" else (
+        words[words.index("--model-path") + 1] if "--model-path" in words else "")
+    assert not model.startswith("meta-llama/Meta-Llama-3.1-")  # base models were served for chat workloads
+    if "Kimi-K2" in model:
+        assert {"--trust-remote-code", "--trust_remote_code"} & set(words)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_every_bundled_export_starts_on_every_host(solved_bundled, stubs, tmp_path, engine):
     started = 0
@@ -108,8 +124,11 @@ def test_every_bundled_export_starts_on_every_host(solved_bundled, stubs, tmp_pa
             assert run.returncode == 0, (name, engine, host, run.stderr[-2000:])
             servers = _servers(calls)
             started += len(servers)
+            bootstrap = [c[c.index("--disaggregation-bootstrap-port") + 1] for c in servers if "--disaggregation-bootstrap-port" in c]
+            assert len(bootstrap) == len(set(bootstrap)), (name, host, bootstrap)  # 8 prefill servers all took 8998
             for call in servers:
                 _check_flags(call)
+                _check_semantics(call)
                 if call[0] == "vllm" and "--data-parallel-size-local" in call:  # vLLM ParallelConfig's rule
                     assert int(call[call.index("--data-parallel-size-local") + 1]) <= int(call[call.index("--data-parallel-size") + 1])
             text_calls = " ".join(" ".join(c) for c in servers)
@@ -167,3 +186,20 @@ def test_tensorrt_llm_is_refused_on_amd(solved_bundled):
         d["accelerator"] = "mi300x"
     with pytest.raises(PlannerInputError, match="NVIDIA GPUs only"):
         export_plan(record, "trtllm")
+
+
+def test_quantizing_at_load_time_is_flagged_where_the_weights_do_not_fit(solved_bundled, monkeypatch):
+    # fp8-planned Llama servers pointed at bf16 checkpoints: 141 GB of weights on an 80 GB H100.
+    from planner.model import catalog
+    from planner.output import engines
+
+    specs = {k: v.model_copy(update={"quantized_repos": {}}) for k, v in catalog.load_model_specs().items()}
+    monkeypatch.setattr(engines, "load_model_specs", lambda: specs)
+    record = solve_record(solved_bundled["disaggregation-wins-long-prompts"][1])
+    prefill = next(i for i, d in enumerate(record["deployments"]) if d["role"] == "prefill" and d["tp"] == 1)
+    vllm = export_plan(record, "vllm")
+    assert f"NOTE: deployment {prefill}: vllm loads meta-llama/Llama-3.1-70B-Instruct in bf16 before quantizing" in vllm
+    assert "--quantization fp8_per_tensor" in vllm
+    sglang = export_plan(record, "sglang")
+    assert "--load-format layered" in sglang and "loads meta-llama" not in sglang  # layer by layer: no bf16 copy in HBM
+    assert "does not quantize at load time" in export_plan(record, "trtllm")

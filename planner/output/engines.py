@@ -24,6 +24,8 @@ from planner.output.launch import (
     safe_file_name,
     word,
 )
+from planner.precision import Precision, bytes_per_value
+from planner.units import GB
 
 __all__ = ["ENGINE_VERSIONS", "Checkpoint", "ENGINE_BUILDERS", "Ports", "checkpoint", "hosts_of", "replicas_of"]
 
@@ -118,6 +120,22 @@ def checkpoint(d: dict) -> Checkpoint:
     return Checkpoint(repo or base, None if weights == native or repo else weights, spec.trust_remote_code)
 
 
+def load_time_note(d: dict, index: int, ckpt: Checkpoint, engine: str) -> str | None:
+    """A NOTE when quantizing at load time needs the full-precision weights in HBM first and they do
+    not fit (SGLang's `--load-format layered` quantizes layer by layer and needs no such room)."""
+    if ckpt.online_quantization is None or engine == "sglang":
+        return None
+    spec = load_model_specs()[d["model"]]
+    memory = d["memory_bytes_per_accelerator"]
+    ratio = bytes_per_value(spec.native_weights_precision) / bytes_per_value(Precision(ckpt.online_quantization))
+    loading = memory["weights"] * ratio
+    if loading <= memory["capacity"]:
+        return None
+    return (f"deployment {index}: {engine} loads {ckpt.repo} in {spec.native_weights_precision.value} before quantizing to "
+            f"{ckpt.online_quantization}: {loading / GB:.0f} GB of weights per accelerator against {memory['capacity'] / GB:.0f} GB; "
+            f"serve a pre-quantized {ckpt.online_quantization} checkpoint instead")
+
+
 def _visible(vendor: str, host: Host) -> Word:
     variable = "HIP_VISIBLE_DEVICES" if vendor == "AMD" else "CUDA_VISIBLE_DEVICES"
     return word(f"{variable}={','.join(map(str, host.local_indices))}")
@@ -147,6 +165,8 @@ def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports)
     ckpt, kv = checkpoint(d), d["precisions"]["kv_cache"]
     tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
     role = d.get("role", "aggregated")
+    if note := load_time_note(d, index, ckpt, "vllm"):
+        script.notes.append(note)
     if ep not in (1, tp * dp):
         script.notes.append(f"vLLM sets EP = TP x DP with --enable-expert-parallel; deployment {index}'s EP {ep} becomes {tp * dp}")
     if d.get("expert_map"):
