@@ -34,6 +34,7 @@ class ExportFormat(StrEnum):
     VLLM = "vllm"
     SGLANG = "sglang"
     TRTLLM = "trtllm"
+    LWS = "lws"  # Kubernetes LeaderWorkerSet manifests for the plan's engine (or --engine)
 
 
 class Engine(StrEnum):

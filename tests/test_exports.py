@@ -203,3 +203,53 @@ def test_quantizing_at_load_time_is_flagged_where_the_weights_do_not_fit(solved_
     sglang = export_plan(record, "sglang")
     assert "--load-format layered" in sglang and "loads meta-llama" not in sglang  # layer by layer: no bf16 copy in HBM
     assert "does not quantize at load time" in export_plan(record, "trtllm")
+
+
+def _strict(schema):
+    """The CRD schema with unknown fields refused, as `kubectl apply --validate=strict` does."""
+    if isinstance(schema, dict):
+        schema = {k: _strict(v) for k, v in schema.items()}
+        if schema.get("type") == "object" and "properties" in schema and "additionalProperties" not in schema \
+                and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [_strict(v) for v in schema]
+    return schema
+
+
+@pytest.fixture(scope="module")
+def lws_validator():
+    import gzip
+
+    import jsonschema
+
+    stored = json.loads(gzip.open(Path(__file__).parent / "k8s" / "leaderworkerset-v0.10.0.schema.json.gz").read())
+    return jsonschema.Draft7Validator(_strict(stored["openAPIV3Schema"]))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_leaderworkerset_manifests_match_the_crd(solved_bundled, lws_validator, engine):
+    import yaml
+
+    checked = 0
+    for name, (_, result) in solved_bundled.items():
+        record = solve_record(result)
+        try:
+            text = export_plan(record, "lws", engine=engine)
+        except PlannerInputError as exc:  # stated refusals only: engines off their hardware, mpirun between pods
+            assert "only" in str(exc) or "mpirun" in str(exc) or "no " in str(exc), (name, exc)
+            continue
+        docs = list(yaml.safe_load_all(text))
+        assert docs[0]["kind"] == "ConfigMap" and all(len(k) <= 253 for k in docs[0]["data"])
+        for doc in docs[1:]:
+            assert doc["kind"] == "LeaderWorkerSet" and len(doc["metadata"]["name"]) <= 63
+            errors = sorted(lws_validator.iter_errors(doc), key=str)
+            assert not errors, (name, engine, [e.message for e in errors[:3]])
+            template = doc["spec"]["leaderWorkerTemplate"]
+            for pod in (template["workerTemplate"], template.get("leaderTemplate", template["workerTemplate"])):
+                command = pod["spec"]["containers"][0]["command"][2]
+                assert "<" not in command and "127.0.0.1" not in command and "_VISIBLE_DEVICES" not in command
+            checked += 1
+        servers = [d for d in docs[1:] if d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"]
+        assert sum(d["spec"]["replicas"] for d in servers) == sum(d["replicas"] for d in record["deployments"])  # a group per replica
+    assert checked > 0

@@ -123,7 +123,9 @@ def _add_plan_commands(sub: argparse._SubParsersAction) -> None:
                             description="Write the plan's placement (json) or launch scripts for vLLM, SGLang or TensorRT-LLM.")
     export.add_argument("plan", help="plan JSON written by `planner solve --json`")
     export.add_argument("--format", choices=[f.value for f in ExportFormat], default=None,
-                        help="json: placement document; vllm, sglang, trtllm: a launch script (default: the plan's engine)")
+                        help="json: placement document; vllm, sglang, trtllm: a launch script (default: the plan's engine); "
+                             "lws: Kubernetes LeaderWorkerSet manifests")
+    export.add_argument("--engine", choices=[e.value for e in Engine], default=None, help="engine of lws manifests (default: the plan's)")
     export.add_argument("-o", "--output", help="write to a file instead of standard output")
     export.set_defaults(handler="planner.cli.plans:export_command")
     check = sub.add_parser("check", help="verify a plan independently of the solver (exit 0 valid, 1 invalid)",

@@ -54,7 +54,7 @@ def export_command(args: argparse.Namespace, console: Console) -> int:
     if args.output and Path(args.output).resolve() == Path(path).resolve():
         raise PlannerInputError(InputIssue("-o", f"{args.output} is the plan being exported; writing there would replace it",
                                            "choose another output path, e.g. placement.json"))
-    text = export_plan(record, args.format or record["deployments"][0].get("engine", "trtllm"))
+    text = export_plan(record, args.format or record["deployments"][0].get("engine", "trtllm"), engine=args.engine)
     if args.output:
         write_text(args.output, text, console)
     else:

@@ -19,6 +19,7 @@ from planner.model.catalog import load_model_specs
 from planner.output.launch import (
     HostRef,
     LaunchScript,
+    RankRef,
     Server,
     Word,
     safe_file_name,
@@ -182,7 +183,7 @@ def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports)
     if role != "aggregated":  # vLLM docs/features/nixl_connector_usage.md
         kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
         common += _flags(("--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role})))
-    for roles in replicas_of(d):
+    for r, roles in enumerate(replicas_of(d)):
         hosts = hosts_of(record, roles)
         head, port = hosts[0].name, ports.take(hosts[0].name, API_PORT)
         # Whole TP x PP groups on every host: data-parallel ranks per host (--headless after the first);
@@ -200,13 +201,15 @@ def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports)
             argv = [word("env"), *env, word("vllm"), word("serve"), word(ckpt.repo), *common]
             argv += _flags(("--host", "0.0.0.0"), ("--port", port if h == 0 else None), ("--data-parallel-size", dp if dp > 1 else None))
             if whole_groups:
+                even = first_rank == h * local
                 argv += _flags(("--data-parallel-size-local", local if dp > 1 else None),
                                ("--data-parallel-address", word(HostRef(head)) if rendezvous else None), ("--data-parallel-rpc-port", rendezvous),
-                               ("--data-parallel-start-rank", first_rank if h else None))
+                               ("--data-parallel-start-rank", word(RankRef(first_rank, local if even else None)) if h else None))
             else:
-                argv += _flags(("--nnodes", len(hosts)), ("--node-rank", h), ("--master-addr", word(HostRef(head))), ("--master-port", rendezvous))
+                argv += _flags(("--nnodes", len(hosts)), ("--node-rank", word(RankRef(h))), ("--master-addr", word(HostRef(head))),
+                               ("--master-port", rendezvous))
             argv += _flags(("--headless", h > 0))
-            script.servers.append(Server(host.name, _label(d, index, roles, h), argv, None if h else port))
+            script.servers.append(Server(host.name, _label(d, index, roles, h), argv, None if h else port, deployment=index, replica=r, host_rank=h))
             first_rank += local
 
 
@@ -234,7 +237,7 @@ def _sglang(record: dict, d: dict, index: int, script: LaunchScript, ports: Port
                     ("--ep-num-redundant-experts", _redundant(d) or None),
                     ("--disaggregation-mode", role if role != "aggregated" else None),
                     ("--disaggregation-transfer-backend", "nixl" if role != "aggregated" else None))
-    for roles in replicas_of(d):
+    for r, roles in enumerate(replicas_of(d)):
         hosts = hosts_of(record, roles)
         head, port = hosts[0].name, ports.take(hosts[0].name, API_PORT)
         bootstrap = ports.take(head, BOOTSTRAP_PORT) if role == "prefill" else None
@@ -244,9 +247,9 @@ def _sglang(record: dict, d: dict, index: int, script: LaunchScript, ports: Port
             argv = [word("env"), _visible(vendor_of(record, d["accelerator"]), host), word("python3"), word("-m"),
                     word("sglang.launch_server"), *_flags(("--model-path", ckpt.repo), ("--host", "0.0.0.0"), ("--port", port)), *common]
             argv += _flags(("--disaggregation-bootstrap-port", bootstrap), ("--nnodes", len(hosts) if rendezvous else None),
-                           ("--node-rank", h if rendezvous else None),
+                           ("--node-rank", word(RankRef(h)) if rendezvous else None),
                            ("--dist-init-addr", word(HostRef(head), ":", rendezvous) if rendezvous else None))
-            script.servers.append(Server(host.name, _label(d, index, roles, h), argv, None if h else port))
+            script.servers.append(Server(host.name, _label(d, index, roles, h), argv, None if h else port, deployment=index, replica=r, host_rank=h))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,7 +286,7 @@ def _trtllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Port
     if dp > 1 and tp > 1:
         script.notes.append(f"deployment {index}: TensorRT-LLM attention data parallelism runs attention unsharded; TP {tp} becomes 1")
     options = _trtllm_options(record, d, index, script)
-    for roles in replicas_of(d):
+    for r, roles in enumerate(replicas_of(d)):
         hosts = hosts_of(record, roles)
         head, port = hosts[0].name, ports.take(hosts[0].name, API_PORT)
         script.endpoints.setdefault((d["workload"], d.get("role", "aggregated")), []).append((head, port, None))
@@ -299,7 +302,7 @@ def _trtllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Port
             argv = [word("mpirun"), word("-n"), word(len(roles)), word("--host"), word(*parts), word("trtllm-llmapi-launch"), *serve]
         else:
             argv = [word("env"), _visible("NVIDIA", hosts[0]), *serve]
-        script.servers.append(Server(head, _label(d, index, roles), argv, port))
+        script.servers.append(Server(head, _label(d, index, roles), argv, port, deployment=index, replica=r))
 
 
 ENGINE_BUILDERS = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}

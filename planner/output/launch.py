@@ -19,7 +19,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-__all__ = ["HostRef", "LaunchScript", "Server", "render_script", "safe_file_name", "word"]
+__all__ = ["HostRef", "LaunchScript", "RankRef", "Part", "Server", "render_script", "safe_file_name", "word"]
 
 HOSTS_FILE_DEFAULT = "hosts.txt"
 START_TIMEOUT_S_DEFAULT = 60 * 60  # a 600 GB checkpoint loads from network storage in tens of minutes
@@ -32,13 +32,23 @@ class HostRef:
     host: str
 
 
-Part = str | HostRef
+@dataclass(frozen=True)
+class RankRef:
+    """A number that depends on which host of a replica runs the command: `value` on this host, and
+    `per_host` times the host's index in its replica (None when not a multiple), so that Kubernetes
+    manifests can compute it from LWS_WORKER_INDEX."""
+
+    value: int
+    per_host: int | None = 1
+
+
+Part = str | HostRef | RankRef
 Word = tuple[Part, ...]
 
 
 def word(*parts: Part | int) -> Word:
     """One command-line word made of literal text and host addresses, e.g. word(HostRef(h), ":", 8000)."""
-    return tuple(p if isinstance(p, HostRef) else str(p) for p in parts)
+    return tuple(p if isinstance(p, HostRef | RankRef) else str(p) for p in parts)
 
 
 @dataclass
@@ -51,6 +61,9 @@ class Server:
     argv: list[Word]
     port: int | None = None
     health_path: str = "/health"
+    deployment: int = -1  # index of its deployment in the plan (-1: a router)
+    replica: int = 0  # position of its replica in the deployment
+    host_rank: int = 0  # position of its host in the replica
 
 
 @dataclass
@@ -81,6 +94,8 @@ def _render_word(w: Word, variables: dict[str, str]) -> str:
     for part in w:
         if isinstance(part, HostRef):
             out.append(f'"${{{variables[part.host]}}}"')
+        elif isinstance(part, RankRef):
+            out.append(str(part.value))
         elif part:
             out.append(shlex.quote(part))
     return "".join(out) or "''"

@@ -1,0 +1,141 @@
+"""Kubernetes manifests for a plan: one LeaderWorkerSet (kubernetes-sigs/lws, API
+leaderworkerset.x-k8s.io/v1) per deployment, whose groups are its replicas: the leader pod is the
+replica's first host and the workers its other hosts, each pod asking for the host's accelerators.
+
+The commands are the ones of the launch scripts (planner/output/engines.py), with the replica's first
+host addressed as `$LWS_LEADER_ADDRESS` and per-host numbers computed from `$LWS_WORKER_INDEX`,
+both set by the LeaderWorkerSet controller. Files (expert maps, engine YAML) travel in one ConfigMap
+mounted as the working directory. A disaggregated workload's router is one more LeaderWorkerSet of
+size 1 that reaches the servers through the DNS names the LeaderWorkerSet's headless service gives
+every leader (`<name>-<group>.<name>`).
+"""
+
+import re
+import shlex
+
+import yaml
+
+from planner.errors import InputIssue, PlannerInputError
+from planner.output.launch import HostRef, LaunchScript, RankRef, Server, Word
+
+__all__ = ["manifests_text"]
+
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+FILES_MOUNT = "/planner"
+GPU_RESOURCE = {"NVIDIA": "nvidia.com/gpu", "AMD": "amd.com/gpu"}
+# The engines' published container images at the versions the exports target (planner/output/engines.py).
+IMAGES = {("vllm", "NVIDIA"): "vllm/vllm-openai:v0.33.0", ("vllm", "AMD"): "rocm/vllm:latest",
+          ("sglang", "NVIDIA"): "lmsysorg/sglang:v0.5.23", ("sglang", "AMD"): "lmsysorg/sglang:v0.5.23-rocm",
+          ("trtllm", "NVIDIA"): "nvcr.io/nvidia/tensorrt-llm/release:latest"}
+
+
+def k8s_name(text: str) -> str:
+    """A DNS-1123 label: lowercase letters, digits and '-', at most 63 characters (room left for '-<group>')."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return (name[:50].rstrip("-") or "planner")
+
+
+def _shell_word(w: Word, server: Server, dns: dict[str, str]) -> str:
+    """One word for `sh -c`: hosts become the group leader's address (or this pod's own, or another
+    group's DNS name for a router), per-host numbers are computed from LWS_WORKER_INDEX."""
+    out = []
+    for part in w:
+        if isinstance(part, HostRef):
+            if part.host in dns:
+                out.append(shlex.quote(dns[part.host]))
+            elif part.host == server.host and server.host_rank > 0:
+                out.append('"$(hostname -i)"')
+            else:
+                out.append('"${LWS_LEADER_ADDRESS}"')
+        elif isinstance(part, RankRef):
+            if part.value and part.per_host is None:
+                raise PlannerInputError(InputIssue("placement", "hosts of one replica hold different numbers of data-parallel ranks",
+                                                   "export the launch script instead (--format with an engine)"))
+            out.append('"${LWS_WORKER_INDEX}"' if part.per_host == 1 else f'"$((LWS_WORKER_INDEX * {part.per_host}))"')
+        elif part:
+            out.append(shlex.quote(part))
+    return "".join(out) or "''"
+
+
+def _command(server: Server, dns: dict[str, str] | None = None) -> str:
+    """The server's command as one `sh -c` line; the device selection (`*_VISIBLE_DEVICES=`) is
+    dropped, since the device plugin hands the pod its accelerators."""
+    words = list(server.argv)
+    if words and words[0] == ("env",):
+        assignments = []
+        words = words[1:]
+        while words and "=" in "".join(p for p in words[0] if isinstance(p, str)) and not str(words[0][0]).startswith("-"):
+            if not re.match(r"^[A-Z_]+_VISIBLE_DEVICES=", str(words[0][0])):
+                assignments.append(words[0])
+            words = words[1:]
+        words = [("env",), *assignments, *words] if assignments else words
+    return "exec " + " ".join(_shell_word(w, server, dns or {}) for w in words)
+
+
+def _container(name: str, command: str, gpus: int, image: str, vendor: str, port: int | None) -> dict:
+    container = {"name": name, "image": image, "command": ["/bin/sh", "-c", command],
+                 "workingDir": FILES_MOUNT, "volumeMounts": [{"name": "planner-files", "mountPath": FILES_MOUNT}]}
+    if gpus:
+        resource = GPU_RESOURCE.get(vendor, "nvidia.com/gpu")
+        container["resources"] = {"limits": {resource: gpus}, "requests": {resource: gpus}}
+    if port:
+        container["ports"] = [{"containerPort": port, "name": "http"}]
+        container["readinessProbe"] = {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 10, "failureThreshold": 360}
+    return container
+
+
+def _pod(container: dict, configmap: str) -> dict:
+    return {"spec": {"containers": [container], "volumes": [{"name": "planner-files", "configMap": {"name": configmap}}]}}
+
+
+def manifests_text(record: dict, script: LaunchScript, engine: str, vendors: dict[int, str]) -> str:
+    """Multi-document YAML: a ConfigMap with the files, then one LeaderWorkerSet per deployment and router."""
+    base = k8s_name(f"{record.get('problem', 'plan')}-{engine}")
+    configmap = f"{base}-files"
+    docs: list[dict] = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": configmap, "labels": {"app.kubernetes.io/part-of": base}},
+                         "data": dict(script.files)}]
+    leaders: dict[str, str] = {}  # plan host -> DNS name of the leader pod of its group
+    by_deployment: dict[int, list[list[Server]]] = {}
+    for server in script.servers:
+        if server.deployment < 0:
+            continue
+        index, replica = server.deployment, server.replica
+        groups = by_deployment.setdefault(index, [])
+        while len(groups) <= replica:
+            groups.append([])
+        groups[replica].append(server)
+    for index, groups in sorted(by_deployment.items()):
+        d = record["deployments"][index]
+        name = k8s_name(f"{base}-{index}-{d['workload']}")
+        for g, servers in enumerate(groups):
+            leaders[servers[0].host] = f"{name}-{g}.{name}"
+        first = groups[0]
+        if engine == "trtllm" and first[0].argv[0] == ("mpirun",):
+            raise PlannerInputError(InputIssue(f"deployments[{index}]", "a TensorRT-LLM replica over several hosts starts with mpirun, "
+                                               "which needs an MPI launcher between pods", "export --format trtllm (scripts) or use sglang or vllm"))
+        gpus = d["accelerators_per_replica"] // len(first)
+        image = IMAGES.get((engine, vendors[index]), IMAGES[(engine, "NVIDIA")])
+        leader = _container("leader", _command(first[0]), gpus, image, vendors[index], first[0].port)
+        template = {"size": len(first), "restartPolicy": "RecreateGroupOnPodRestart",
+                    "workerTemplate": _pod(_container("worker", _command(first[1]) if len(first) > 1 else _command(first[0]),
+                                                      gpus, image, vendors[index], None if len(first) > 1 else first[0].port), configmap)}
+        if len(first) > 1:
+            template["leaderTemplate"] = _pod(leader, configmap)
+        docs.append({"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
+                     "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": base, "app.kubernetes.io/component": "server"}},
+                     "spec": {"replicas": len(groups), "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": template}})
+    for file_name, rows in script.generated_files.items():  # router configs: hosts by their leaders' DNS names
+        docs[0]["data"][file_name] = "\n".join("".join(leaders[p.host] if isinstance(p, HostRef) else str(p) for p in row) for row in rows)
+    for server in script.servers:
+        if server.deployment < 0:
+            name = k8s_name(f"{base}-{server.label}")
+            router_image = "lmsysorg/sglang-router:latest" if engine == "sglang" else IMAGES[(engine, "NVIDIA")]
+            container = _container("router", _command(server, leaders), 0, router_image, "none", server.port)
+            docs.append({"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
+                         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": base, "app.kubernetes.io/component": "router"}},
+                         "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 1, "workerTemplate": _pod(container, configmap)}}})
+    header = [f"# {script.header[0]}", "# Kubernetes: LeaderWorkerSet manifests (kubernetes-sigs/lws v0.10.0 API): kubectl apply -f THIS_FILE.",
+              "# Images are the engines' published ones (vLLM, SGLang: the targeted release; TensorRT-LLM and ROCm builds: pin the",
+              "# tag you run). Each pod asks for its host's accelerators; the device plugin picks them.", *(f"# NOTE: {n}" for n in script.notes)]
+    header = [re.sub(r"[\x00-\x1f\x7f]", " ", line) for line in header]
+    return "\n".join(header) + "\n" + yaml.safe_dump_all(docs, sort_keys=False, width=1 << 16)
