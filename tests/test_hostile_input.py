@@ -162,3 +162,30 @@ def test_expert_placement_with_cpsat_keeps_its_time_limit():
     # the stated margin is one swap search (0.25 s); doubled here so that a loaded CI machine does not flake
     assert time.perf_counter() - start < 2 * (0.5 + SWAP_TIME_LIMIT_S)
     assert len(placement.layers) == arch.n_moe_layers and placement.worst_gap_to_bound < 0.25
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_a_batch_cap_below_a_layouts_ranks_leaves_that_layout_out(batch, capsys):
+    # max_batch_per_replica 1-4 raised IndexError: layouts with more stages x attention ranks than sequences had an empty batch grid.
+    from planner.solver.solve import solve
+
+    raw = _with("solver.max_batch_per_replica", batch)
+    result = solve(resolve_problem_raw(raw))
+    assert all(d.candidate.batch <= batch for d in result.deployments)
+
+
+def resolve_problem_raw(raw):
+    from planner.problem.resolve import resolve_problem
+
+    return resolve_problem(parse_problem(raw))
+
+
+def test_decode_pools_without_any_prefill_layout_serve_nothing():
+    # serving: auto with a TTFT limit no prefill layout meets: decode replicas alone "met" the demand (and rendering crashed).
+    from planner.solver.solve import solve
+
+    raw = yaml.safe_load((data_dir("problems") / "disaggregation-loses-chat.yaml").read_text())
+    raw["workloads"][0].update(serving="auto", ttft_limit_ms=1.0)
+    result = solve(resolve_problem_raw(raw))
+    assert not result.has_plan
+    assert "TTFT" in result.infeasibility.summary or any("TTFT" in str(c.message) for c in result.infeasibility.conflicts)

@@ -377,9 +377,12 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
         analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(table.used_bytes[0]))
         if not table.fits[0]:
             return "hbm"
+        analysis.min_ttft_s = min(analysis.min_ttft_s, float(table.ttft_s[0]))
         if limits.ttft_s is not None and table.ttft_s[0] > limits.ttft_s:
             return "ttft"
         return [_candidate(inp, workload, table, 0, BatchLimit.PREFILL, spans, notes, handoff)]
+    if layout.pp * layout.dp_attn > settings.max_batch_per_replica:  # one sequence per stage and attention rank at the least
+        return BatchLimit.MAX_BATCH
     grid = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica))
     analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
     if not grid.fits[0]:

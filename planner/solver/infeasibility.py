@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from ortools.sat.python import cp_model
 
 from planner.model.architecture import param_counts
-from planner.modes import ConstraintFamily, FamilyKind
+from planner.modes import ConstraintFamily, FamilyKind, ServingRole
 from planner.precision import bytes_per_value
 from planner.solver.candidates import pair_ttft_s
 from planner.solver.model_builder import PlanningData, RackPool, build_model
@@ -51,8 +51,9 @@ def _weights_bytes(result, workload_name: str) -> float:
 def _workload_alone(result, workload_name: str) -> Conflict | None:
     """A workload that has no candidate on any rack type: say which per-candidate limit stops it."""
     analyses = [a for (w, _), a in result.analyses.items() if w == workload_name]
-    if any(a.candidates for a in analyses):
-        return None
+    roles = {c.role for a in analyses for c in a.candidates}
+    if ServingRole.AGGREGATED in roles or {ServingRole.PREFILL, ServingRole.DECODE} <= roles:
+        return None  # decode candidates without a prefill pool to feed them serve nothing
     w = next(w for w in result.problem.workloads if w.name == workload_name)
     racks = result.problem.hardware.racks
     lines, relax, families = [], [], set()

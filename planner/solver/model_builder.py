@@ -175,7 +175,10 @@ def add_serving_modes(model: cp_model.CpModel, v: PlanVars, data: PlanningData) 
     TTFT limit are never used together."""
     for w in data.workloads:
         aggregated = data.candidates_of(w, ServingRole.AGGREGATED)
-        split = data.candidates_of(w, ServingRole.PREFILL) + data.candidates_of(w, ServingRole.DECODE)
+        prefills, decodes = data.candidates_of(w, ServingRole.PREFILL), data.candidates_of(w, ServingRole.DECODE)
+        split = prefills + decodes if prefills and decodes else []
+        for j in prefills + decodes if not split else []:  # a pool without its partner serves nothing (decode replicas
+            model.add(v.used[j] == 0)  # with no prefill pool met the demand on their own when every prefill layout broke TTFT)
         if w in data.forced_split:
             mode = int(data.forced_split[w])
         elif aggregated and split:
