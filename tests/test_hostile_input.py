@@ -131,7 +131,7 @@ def test_sweep_sizes_are_bounded(argv, capsys):
 def test_a_plan_carries_no_absolute_path(tmp_path, capsys):
     out = tmp_path / "plan.json"
     assert main(["solve", "llama-3.1-70b-hgx-h100", "--json", str(out)]) == 0
-    record = json.loads(out.read_text())
+    record = json.loads(out.read_text(), parse_constant=lambda token: pytest.fail(f"non-standard JSON token {token}"))
     assert record["problem_dir"] is None  # the problem names no files
     raw = yaml.safe_load((data_dir("problems") / "deepseek-v3-wide-ep-skewed.yaml").read_text())
     profile = tmp_path / "inputs" / "loads.json"
@@ -189,3 +189,12 @@ def test_decode_pools_without_any_prefill_layout_serve_nothing():
     result = solve(resolve_problem_raw(raw))
     assert not result.has_plan
     assert "TTFT" in result.infeasibility.summary or any("TTFT" in str(c.message) for c in result.infeasibility.conflicts)
+
+
+def test_json_outputs_are_standard_json():
+    # Plan JSON carried the non-standard token Infinity, which JSON.parse rejects.
+    from planner.cli.common import finite
+
+    record = {"a": float("inf"), "b": [1.0, float("nan")], "c": {"d": -float("inf"), "e": 2}}
+    assert finite(record) == {"a": None, "b": [1.0, None], "c": {"d": None, "e": 2}}
+    json.dumps(finite(record), allow_nan=False)

@@ -1,6 +1,7 @@
 """What the commands share: output files, problem and plan arguments, the sweep progress bar."""
 
 import json
+import math
 from pathlib import Path
 
 from rich.console import Console
@@ -25,8 +26,21 @@ def write_text(path: str, text: str, console: Console | None = None) -> None:
         console.print(f"wrote {path}")
 
 
+def finite(value):
+    """`value` with every NaN or infinite number replaced by None, so that the JSON is standard
+    (JSON.parse rejects NaN and Infinity): null means "no finite value", e.g. the bandwidth of a
+    link a layout never uses."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
 def write_json(path: str, record: dict, console: Console | None = None) -> None:
-    write_text(path, json.dumps(record, indent=2, default=str) + "\n", console)
+    write_text(path, json.dumps(finite(record), indent=2, default=str, allow_nan=False) + "\n", console)
 
 
 def resolve_problem_path(text: str) -> Path:

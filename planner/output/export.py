@@ -169,7 +169,7 @@ def export_plan(record: dict, fmt: str, engine: str | None = None) -> str:
     """The plan in `fmt` (an ExportFormat value) as text; `engine` picks the engine of `lws`
     manifests (default: the plan's)."""
     if fmt == "json":
-        return json.dumps(placement_document(record), indent=2) + "\n"
+        return json.dumps(placement_document(record), indent=2, allow_nan=False) + "\n"
     if fmt == "lws":
         engine = engine or record["deployments"][0].get("engine", "trtllm")
         vendors = {i: vendor_of(record, d["accelerator"]) for i, d in enumerate(record["deployments"])}
