@@ -198,3 +198,19 @@ def test_json_outputs_are_standard_json():
     record = {"a": float("inf"), "b": [1.0, float("nan")], "c": {"d": -float("inf"), "e": 2}}
     assert finite(record) == {"a": None, "b": [1.0, None], "c": {"d": None, "e": 2}}
     json.dumps(finite(record), allow_nan=False)
+
+
+@pytest.mark.parametrize(("field", "value"), [("micro_batches", -2.5), ("replicas", 0.5), ("tp", -1), ("replicas", 10**6),
+                                             ("precisions", {"weights": "fp7"})])
+def test_a_hand_edited_plan_is_refused_by_field(tmp_path, capsys, field, value):
+    # check passed micro_batches -2.5 and replica 0.5, which export then crashed on or wrote out.
+    out = tmp_path / "plan.json"
+    assert main(["solve", "llama-3.1-70b-hgx-h100", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    record["deployments"][0][field] = value
+    out.write_text(json.dumps(record))
+    capsys.readouterr()
+    for command in ("check", "export", "view"):
+        assert main([command, str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"deployments[0].{field}" in err.replace("\n", " ") and "Traceback" not in err

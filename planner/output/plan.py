@@ -21,6 +21,7 @@ from pydantic import (
 from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error
 from planner.limits import MAX_BATCH_PER_REPLICA, MAX_PARALLEL_DEGREE, MAX_REPLICAS
 from planner.modes import Engine, ServingRole
+from planner.precision import Precision
 
 __all__ = ["PLAN_FORMAT", "PLAN_FORMAT_VERSION", "Plan", "parse_plan", "plan_json_schema"]
 
@@ -81,15 +82,19 @@ class PlanDeployment(BaseModel):
     workload: str = Field(min_length=1)
     model: str = Field(min_length=1)
     rack: str = Field(min_length=1)
+    accelerator: str = Field(min_length=1)
     replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)]
     tp: Degree
     ep: Degree
     pp: Degree
     dp_attn: Degree
+    expert_tp: Degree = 1
+    micro_batches: Annotated[int, Field(ge=1, le=MAX_BATCH_PER_REPLICA)] = 1
+    accelerators_per_replica: Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE)]
     batch_per_replica: Annotated[int, Field(ge=1, le=MAX_BATCH_PER_REPLICA)]
     role: ServingRole = ServingRole.AGGREGATED
     engine: Engine = Engine.TRTLLM
-    precisions: dict[str, str]
+    precisions: dict[Literal["weights", "expert_weights", "kv_cache", "activations", "compute"], Precision]
     placement: list[PlacedAccelerator] = []
     expert_map: ExpertMap | None = None
 
