@@ -57,6 +57,8 @@ def export_command(args: argparse.Namespace, console: Console) -> int:
     text = export_plan(record, args.format or record["deployments"][0].get("engine", "trtllm"), engine=args.engine)
     if args.output:
         write_text(args.output, text, console)
+        if text.startswith("#!"):  # a launch script runs as ./launch.sh
+            Path(args.output).chmod(0o755)
     else:
         sys.stdout.write(text)
     return EXIT_OK
@@ -71,7 +73,7 @@ def check_command(args: argparse.Namespace, console: Console) -> int:
     if not violations:
         n = sum(len(d.get("placement", [])) for d in record["deployments"])
         console.print(f"[green]valid[/green]: {len(record['deployments'])} deployments on {n} accelerators; HBM, latency limits, "
-                      "demand, racks, placement and expert maps re-derived from the problem and the roofline")
+                      "demand, racks, placement and expert maps re-derived from the problem and the step model")
         return EXIT_OK
     err = Console(stderr=True, width=140, highlight=False)
     err.print(f"{path}: {len(violations)} problem(s):", markup=False)
