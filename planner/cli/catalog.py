@@ -24,6 +24,10 @@ def schema_command(args: argparse.Namespace, console: Console) -> int:
         from planner.output.plan import plan_json_schema
 
         text = json.dumps(plan_json_schema(), indent=2)
+    elif getattr(args, "sweep", False):
+        from planner.studies.sweep import SweepSpec
+
+        text = json.dumps(SweepSpec.model_json_schema(), indent=2)
     elif args.markdown:
         from planner.problem.schema_doc import schema_markdown
 

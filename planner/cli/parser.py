@@ -173,6 +173,16 @@ def _add_sweeps(sub: argparse._SubParsersAction) -> None:
     curve.add_argument("--csv", metavar="CSV", help="also write every batch as CSV")
     curve.add_argument("--json", metavar="PATH", help="also write the curve as JSON (SI units)")
     curve.set_defaults(handler="planner.cli.studies:curve_command")
+    sweep = sub.add_parser("sweep", help="solve a design space: a problem varied along axes, one tidy table",
+                           description="Expand a sweep file (`planner schema --sweep`) into problems, solve each (local worker processes "
+                                       "or a Ray cluster), and write a table (CSV, Parquet), charts and a summary. Resumes from --out.")
+    sweep.add_argument("spec", help="sweep file (YAML)")
+    sweep.add_argument("--out", required=True, help="output directory (rows.jsonl, <name>.csv/.parquet, charts, summary.md)")
+    sweep.add_argument("--workers", type=positive(int, 256), default=1, help="local worker processes (default 1)")
+    sweep.add_argument("--ray", metavar="ADDRESS", help="run on Ray: a cluster address, 'auto', or 'local' to start one here")
+    sweep.add_argument("--time-limit", type=positive(float, MAX_TIME_LIMIT_S), default=None, help="CP-SAT time limit per point (default: the file's)")
+    sweep.add_argument("--restart", action="store_true", help="discard rows of a different sweep found in --out")
+    sweep.set_defaults(handler="planner.cli.studies:sweep_command")
 
 
 def _add_economics(sub: argparse._SubParsersAction) -> None:
@@ -228,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the JSON Schema of problem files (or a Markdown reference)")
     schema.add_argument("--markdown", action="store_true", help="the field reference as Markdown tables (as in the README)")
     schema.add_argument("--plan", action="store_true", help="the JSON Schema of plan files (planner solve --json) instead")
+    schema.add_argument("--sweep", action="store_true", help="the JSON Schema of sweep files (planner sweep) instead")
     schema.add_argument("-o", "--output", help="write to a file instead of standard output")
     schema.set_defaults(handler="planner.cli.catalog:schema_command")
     cal = sub.add_parser("calibrate", help="fit the kernel-rate curves of the step model to measured kernel tables",

@@ -14,7 +14,7 @@ from planner.cli.common import (
 )
 from planner.hardware.catalog import load_hardware_catalog
 
-__all__ = ["compare_command", "curve_command", "frontier_command"]
+__all__ = ["compare_command", "curve_command", "frontier_command", "sweep_command"]
 
 
 def compare_command(args: argparse.Namespace, console: Console) -> int:
@@ -81,3 +81,44 @@ def curve_command(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         write_json(args.json, curve_record(curve), console)
     return EXIT_OK
+
+
+def sweep_command(args: argparse.Namespace, console: Console) -> int:
+    """Expand the sweep file, solve every point not yet in --out, write the table, charts and summary."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from planner.errors import InputIssue, PlannerInputError
+    from planner.output.sweep_table import summary_lines, write_charts, write_tables
+    from planner.studies.sweep import expand_sweep, load_sweep
+    from planner.studies.sweep_run import ROWS_FILE, run_sweep
+
+    spec, base, base_dir = load_sweep(Path(args.spec))
+    points = expand_sweep(spec, base)
+    time_limit = args.time_limit or spec.time_limit_s
+    out = Path(args.out)
+    fingerprint = hashlib.sha256(json.dumps([[p.id, p.problem] for p in points] + [time_limit, spec.seed], sort_keys=True,
+                                            default=str).encode()).hexdigest()[:16]
+    manifest = out / "sweep.json"
+    if manifest.exists() and json.loads(manifest.read_text()).get("fingerprint") != fingerprint:
+        if not args.restart:
+            raise PlannerInputError(InputIssue("--out", f"{out} holds the rows of another sweep (or other settings)",
+                                               "choose another --out, or pass --restart to discard them"))
+        (out / ROWS_FILE).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"name": spec.name, "points": len(points), "fingerprint": fingerprint,
+                                    "spec": spec.model_dump(mode="json")}, indent=2) + "\n")
+    console.print(f"{spec.name}: {len(points)} problems from {args.spec} ({'Ray ' + args.ray if args.ray else f'{args.workers} local worker(s)'})")
+    with Progress("solving points") as progress:
+        rows = run_sweep(points, out, base_dir, time_limit, spec.seed, workers=args.workers, ray_address=args.ray,
+                         progress=lambda done, total: progress(done, total, f"{done}/{total} points"))
+    axes = [a.column() for a in spec.all_axes()]
+    written = write_tables(rows, out, spec.name) + write_charts(rows, axes, out, spec.name)
+    summary = summary_lines(rows, axes)
+    (out / "summary.md").write_text(f"# {spec.name}\n\n" + "\n".join(f"- {line}" for line in summary) + "\n")
+    for line in summary:
+        console.print(f"  - {line}", markup=False)
+    for path in [*written, out / "summary.md"]:
+        console.print(f"wrote {path}")
+    return EXIT_OK if any(r.get("usd_per_million_output_tokens") is not None for r in rows) else EXIT_INFEASIBLE

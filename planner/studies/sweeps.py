@@ -42,6 +42,7 @@ __all__ = [
     "batch_curve",
     "compare_racks",
     "sweep_frontier",
+    "workload_rows",
 ]
 
 Progress = Callable[[int, int, str], None]  # (done, total, what)
@@ -84,18 +85,25 @@ def _check_rack_ids(resolved: ResolvedProblem, rack_ids: list[str]) -> None:
         raise PlannerInputError(issues, "--racks")
 
 
-def _rows_of(result: SolveResult, rack_id: str) -> list[CompareRow]:
+def workload_rows(result: SolveResult) -> list[CompareRow]:
+    """One row per workload of a solved problem on whatever racks its plan uses (`planner sweep`)."""
+    return _rows_of(result, None)
+
+
+def _rows_of(result: SolveResult, rack_id: str | None) -> list[CompareRow]:
     resolved = result.problem
-    accel = resolved.hardware.racks[rack_id].accelerator.id
     rows = []
     for w in resolved.workloads:
         mine = [d for d in result.deployments if d.candidate.workload == w.name]
+        racks_of = sorted({d.candidate.rack_id for d in mine}) or [r.id for r, _ in resolved.rack_counts]
+        rack = rack_id or "+".join(racks_of)
+        accel = "+".join(dict.fromkeys(resolved.hardware.racks[r].accelerator.id for r in ([rack_id] if rack_id else racks_of)))
         if not result.has_plan or not mine:
             note = result.infeasibility.summary if result.infeasibility is not None else result.status
             if result.infeasibility is not None and result.infeasibility.conflicts:
                 lines = [line.strip() for line in result.infeasibility.conflicts[0].message.splitlines()]
                 note = " ".join(lines[1:] if len(lines) > 1 and lines[0].endswith(":") else lines)
-            rows.append(CompareRow(rack_id, accel, w.name, result.status, None, None, None, None, 0, 0, 0.0, "", "", "", note,
+            rows.append(CompareRow(rack, accel, w.name, result.status, None, None, None, None, 0, 0, 0.0, "", "", "", note,
                                    w.output_tokens_per_s))
             continue
         usd = sum(d.usd_per_hour for d in mine)
@@ -110,7 +118,7 @@ def _rows_of(result: SolveResult, rack_id: str) -> list[CompareRow]:
         layouts = "; ".join(f"{_role_prefix(d.candidate)}{d.candidate.layout.describe().split(' = ')[0]}, batch {d.candidate.batch} "
                             f"x {d.replicas}" for d in mine)
         rows.append(CompareRow(
-            rack_id, accel, w.name, result.status, cost, served / accelerators,
+            rack, accel, w.name, result.status, cost, served / accelerators,
             result.workload_tpot_s(w.name), result.workload_ttft_s(w.name), accelerators, len(racks), usd, layouts,
             ", ".join(sorted({d.candidate.batch_limit for d in mine})),
             ", ".join(sorted({d.estimate.serving_step.dominant_term for d in mine})),
