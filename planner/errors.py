@@ -221,6 +221,8 @@ def read_input_text(path: Path) -> str:
     """The text of an input file, refused with a one-line reason when it is missing, unreadable,
     not UTF-8 or larger than MAX_INPUT_FILE_BYTES."""
     try:
+        if path.exists() and not path.is_dir() and not path.is_file():  # a FIFO blocks, /dev/zero never ends
+            raise PlannerInputError(InputIssue(str(path), "not a regular file", "pass a problem, plan or profile file"))
         size = path.stat().st_size
         if size > MAX_INPUT_FILE_BYTES:
             raise PlannerInputError(InputIssue(str(path), f"file is {size:,} bytes, over the {MAX_INPUT_FILE_BYTES:,}-byte limit",

@@ -14,8 +14,9 @@ CatalogId = Annotated[
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 Name = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$"),
-    Field(description="1-64 printable characters (no newlines or control characters); quoted wherever a script uses it"),
+    StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f\[\]]*[^\s\[\]][^\x00-\x1f\x7f\[\]]*$"),
+    Field(description="1-64 printable characters without newlines, control characters or square brackets (which field "
+                      "paths and terminal markup use); quoted wherever a script uses it"),
 ]
 
 

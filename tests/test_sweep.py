@@ -14,7 +14,7 @@ from planner.problem.resolve import resolve_problem
 from planner.problem.schema import parse_problem
 from planner.solver.solve import solve
 from planner.studies.sweep import SweepSpec, expand_sweep, set_field
-from planner.studies.sweep_run import RUN_DEPENDENT, ROWS_FILE, run_sweep
+from planner.studies.sweep_run import ROWS_FILE, RUN_DEPENDENT, run_sweep
 
 BASE = yaml.safe_load((data_dir("problems") / "llama-3.1-70b-hgx-h100.yaml").read_text())
 SPEC = {"name": "t", "base": "llama-3.1-70b-hgx-h100", "racks": ["hgx-h100", "hgx-b200"],

@@ -3,11 +3,10 @@
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from rich.console import Console
 
-from planner.cli.common import EXIT_OK, write_json
+from planner.cli.common import EXIT_OK, write_json, write_text
 from planner.hardware.catalog import load_hardware_catalog
 from planner.model.architecture import kv_bytes_per_token, param_counts
 from planner.model.catalog import load_model_catalog
@@ -35,7 +34,7 @@ def schema_command(args: argparse.Namespace, console: Console) -> int:
     else:
         text = json.dumps(problem_json_schema(), indent=2)
     if args.output:
-        Path(args.output).write_text(text + "\n")
+        write_text(args.output, text + "\n")
     else:
         sys.stdout.write(text + "\n")
     return EXIT_OK

@@ -20,8 +20,12 @@ EXIT_OK, EXIT_INVALID_PLAN, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
 def write_text(path: str, text: str, console: Console | None = None) -> None:
     """Write `text` to `path` (creating folders) and, given a console, say so."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    except OSError as exc:  # a directory, a path under a file, no permission, a full disk
+        raise PlannerInputError(InputIssue(str(path), f"cannot write: {exc.strerror or exc}",
+                                           "pass a file path in a writable directory")) from None
     if console is not None:
         console.print(f"wrote {path}")
 
@@ -100,7 +104,8 @@ def load_plan(text: str) -> tuple[dict, Path]:
         raise PlannerInputError(InputIssue(text, "not a plan (the JSON is not an object)", "pass the JSON written by `planner solve --json`"))
     from planner.output.plan import parse_plan
 
-    parse_plan(record, text)  # the structure every reader relies on, or the field and the fix
+    # the structure every reader relies on, or the field and the fix; readers get the validated record, defaults filled in
+    record = parse_plan(record, text).model_dump(mode="json")
     if not record.get("deployments"):
         raise PlannerInputError(InputIssue(f"{text}: deployments", f"the plan has no deployments (status {record.get('status')})",
                                            "solve a feasible problem first"))

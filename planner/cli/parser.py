@@ -57,7 +57,10 @@ def positive(kind: type, high: float = 1e15) -> object:
 
 
 def rl_factor(text: str) -> float:
-    value = bounded(float, -1e3, 1e3)(text)  # finite first, then the RL-specific message
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not 2.0 <= value <= 6.0:
         raise argparse.ArgumentTypeError(f"RL costs 2 (rollouts only) to 6 (backward on every rollout) FLOPs per parameter and token, got {text}")
     return value

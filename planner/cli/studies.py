@@ -22,7 +22,11 @@ def compare_command(args: argparse.Namespace, console: Console) -> int:
     from planner.studies.sweeps import compare_racks
 
     problem, path = problem_arg(args.problem)
-    racks = [r.strip() for r in args.racks.split(",") if r.strip()] if args.racks else list(load_hardware_catalog().racks)
+    racks = [r.strip() for r in args.racks.split(",") if r.strip()] if args.racks is not None else list(load_hardware_catalog().racks)
+    if not racks:
+        from planner.errors import InputIssue, PlannerInputError
+
+        raise PlannerInputError(InputIssue("--racks", f"no rack id in {args.racks!r}", "give comma-separated rack ids, e.g. hgx-h100,gb200-nvl72"))
     with Progress("planning on") as progress:
         rows = compare_racks(problem, racks, base_dir=path.parent, count=args.count, time_limit_s=args.time_limit, progress=progress)
     title = f"{problem.name}: the same workloads on each rack type ({'as many racks as needed' if args.count is None else f'{args.count} per type'})"

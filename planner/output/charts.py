@@ -24,6 +24,11 @@ PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 20, 100, 0.5 rather than
 
 def _save(fig, path: str | Path) -> Path:
     path = Path(path)
+    if path.suffix.lower() not in (".png", ".pdf", ".svg"):
+        plt.close(fig)
+        from planner.errors import InputIssue, PlannerInputError
+
+        raise PlannerInputError(InputIssue("--plot", f"{path.name}: charts are written as .png, .pdf or .svg", "end the file name with .png"))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)

@@ -33,7 +33,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-Degree = Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE)]
+Degree = Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE, strict=True)]  # strict: `true` is not 1
 
 
 class PlacedAccelerator(_Strict):
@@ -83,20 +83,28 @@ class PlanDeployment(BaseModel):
     model: str = Field(min_length=1)
     rack: str = Field(min_length=1)
     accelerator: str = Field(min_length=1)
-    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)]
+    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS, strict=True)]
     tp: Degree
     ep: Degree
     pp: Degree
     dp_attn: Degree
     expert_tp: Degree = 1
     micro_batches: Annotated[int, Field(ge=1, le=MAX_BATCH_PER_REPLICA)] = 1
-    accelerators_per_replica: Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE)]
-    batch_per_replica: Annotated[int, Field(ge=1, le=MAX_BATCH_PER_REPLICA)]
+    accelerators_per_replica: Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE, strict=True)]
+    batch_per_replica: Annotated[int, Field(ge=1, le=MAX_BATCH_PER_REPLICA, strict=True)]
     role: ServingRole = ServingRole.AGGREGATED
     engine: Engine = Engine.TRTLLM
     precisions: dict[Literal["weights", "expert_weights", "kv_cache", "activations", "compute"], Precision]
     placement: list[PlacedAccelerator] = []
     expert_map: ExpertMap | None = None
+
+
+class RackInstance(_Strict):
+    """One rack (scale-up unit) instance of the fleet, as the plan saw it."""
+
+    accelerators: Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE, strict=True)]
+    accelerators_per_host: Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE, strict=True)]
+    unavailable: list[NonNegativeInt] = []
 
 
 class Plan(_Strict):
@@ -112,7 +120,7 @@ class Plan(_Strict):
     deployments: list[PlanDeployment]
     explanation: dict | None = None
     infeasibility: dict | None = None
-    racks: dict = {}
+    racks: dict[str, RackInstance] = {}
     kv_handoff: list[dict] = []
     problem_spec: dict = Field(description="the problem the plan solves, embedded so that the plan stands alone")
     problem_dir: str | None = Field(default=None, description="where relative paths of the problem resolve")

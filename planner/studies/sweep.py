@@ -28,8 +28,18 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error, load_yaml_file
-from planner.limits import MAX_SEED, MAX_SWEEP_AXIS_VALUES, MAX_SWEEP_PROBLEMS, MAX_TIME_LIMIT_S
+from planner.errors import (
+    InputIssue,
+    PlannerInputError,
+    issues_from_validation_error,
+    load_yaml_file,
+)
+from planner.limits import (
+    MAX_SEED,
+    MAX_SWEEP_AXIS_VALUES,
+    MAX_SWEEP_PROBLEMS,
+    MAX_TIME_LIMIT_S,
+)
 from planner.schema import EdgeModel, Name
 
 __all__ = ["Axis", "SweepPoint", "SweepSpec", "expand_sweep", "load_sweep", "set_field"]
