@@ -77,9 +77,11 @@ def summary_lines(rows: list[dict], axes: list[str]) -> list[str]:
     best = min(planned, key=lambda r: r[COST])
     lines.append(f"cheapest row: {best['id']} ({', '.join(f'{a}={best.get(a)}' for a in axes)}, workload {best['workload']}) "
                  f"at ${best[COST]:.4g}/M output tokens on {best['rack_id']}, {best['layouts']}")
-    front = pareto(rows)
-    lines.append(f"Pareto front of cost against TPOT: {len(front)} rows, from {front[0]['tpot_s'] / MS:.3g} ms at ${front[0][COST]:.4g}/M "
-                 f"to {front[-1]['tpot_s'] / MS:.3g} ms at ${front[-1][COST]:.4g}/M")
+    for workload in dict.fromkeys(r["workload"] for r in planned):
+        front = pareto([r for r in planned if r["workload"] == workload])
+        lines.append(f"Pareto front of {workload} (cost against TPOT): {len(front)} rows, from {front[0]['tpot_s'] / MS:.3g} ms at "
+                     f"${front[0][COST]:.4g}/M ({front[0]['rack_id']}) to {front[-1]['tpot_s'] / MS:.3g} ms at ${front[-1][COST]:.4g}/M "
+                     f"({front[-1]['rack_id']})")
     return lines
 
 
@@ -112,13 +114,15 @@ def write_charts(rows: list[dict], axes: list[str], out_dir: Path, name: str) ->
     for g in groups:
         mine = [r for r in planned if r[contender] == g]
         ax.scatter([r["tpot_s"] / MS for r in mine], [r[COST] for r in mine], s=12, alpha=0.6, label=g)
-    front = pareto(rows)
-    ax.plot([r["tpot_s"] / MS for r in front], [r[COST] for r in front], color="black", lw=1, label="Pareto front")
+    for workload in dict.fromkeys(r["workload"] for r in planned):  # a front per workload: its points are comparable
+        front = pareto([r for r in planned if r["workload"] == workload])
+        ax.plot([r["tpot_s"] / MS for r in front], [r[COST] for r in front], color="black", lw=0.8)
+        ax.annotate(workload, (front[-1]["tpot_s"] / MS, front[-1][COST]), fontsize=6)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("TPOT (ms)")
     ax.set_ylabel("USD per million output tokens")
-    ax.set_title(f"{name}: cost against TPOT")
+    ax.set_title(f"{name}: cost against TPOT (lines: each workload's Pareto front)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     front_path = out_dir / f"{name}-pareto.png"

@@ -96,7 +96,7 @@ def _ray(points: list[SweepPoint], args: tuple, address: str) -> Iterable[tuple[
     except ImportError:
         from planner.errors import InputIssue, PlannerInputError
 
-        raise PlannerInputError(InputIssue("--ray", "Ray is not installed", "pip install 'llm-deployment-planner[ray]' (or ray)")) from None
+        raise PlannerInputError(InputIssue("--ray", "Ray is not installed", "pip install 'llm-deployment-planner[sweep]' (or ray)")) from None
     if not ray.is_initialized():
         ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False)
     remote = ray.remote(num_cpus=1)(solve_point)
