@@ -3,7 +3,6 @@ host, against stub engine commands that record their command line; names that ca
 stay inert."""
 
 import json
-import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -21,12 +20,10 @@ STUBBED = ("vllm", "python3", "trtllm-serve", "mpirun", "curl")
 
 @pytest.fixture(scope="module")
 def stubs(tmp_path_factory) -> Path:
-    """Commands that append their argv (as JSON) to $STUB_LOG; servers then idle until stopped."""
+    """Commands that append their argv to $STUB_LOG (one line per call); servers then idle until stopped."""
     directory = tmp_path_factory.mktemp("stubs")
-    for name in STUBBED:
-        body = ("#!/usr/bin/env bash\n"
-                f"python_bin={shlex.quote(os.path.realpath(os.sys.executable))}\n"
-                '"$python_bin" -c \'import json, sys; print(json.dumps(sys.argv[1:]))\' ' + shlex.quote(name) + ' "$@" >> "$STUB_LOG"\n')
+    for name in STUBBED:  # argv joined by the unit separator, one call per line (pure bash: no interpreter start-up per call)
+        body = "#!/usr/bin/env bash\n{ printf '%s\\x1f' " + shlex.quote(name) + ' "$@"; printf \'\\n\'; } >> "$STUB_LOG"\n'
         body += "exit 0\n" if name == "curl" else "exec sleep 30\n"
         path = directory / name
         path.write_text(body)
@@ -40,7 +37,7 @@ def _run_host(script: Path, host: str, hosts: dict[str, str], stubs: Path, work:
     env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(work)}
     run = subprocess.run(["bash", str(script), "--host", host, "--hosts", str(work / "hosts.txt"), "--run-dir", str(work / "run"), "--smoke"],
                          capture_output=True, text=True, timeout=60, env=env, cwd=work)
-    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    calls = [line.rstrip("\x1f").split("\x1f") for line in log.read_text().splitlines()] if log.exists() else []
     return run, calls
 
 
