@@ -5,8 +5,12 @@ CP-SAT solves and of the whole solve (candidates included), status and gap.
 Part 2: a generated fleet of 230 racks of four generations serving 12 workloads whose demand fills
 most of it (the rack budgets bind); problem size, the time CP-SAT takes to reach a 1% gap, and the
 status and gap at the 30 s limit.
+Part 3 (--scale): fleets of 100 to 1,000 racks of five generations serving 40 workloads of 10 models,
+each size in a fresh process: enumeration time, time to a plan within 1% of the optimum (enumeration
+included), time to proven optimality, and peak memory (issue 14's target: 1,000 racks within 1% in
+under 10 s and proven in under 60 s on 2 cores).
 
-    python benchmarks/bench_solve.py [--repeats 5] [--workers 2] [--quick]
+    python benchmarks/bench_solve.py [--repeats 5] [--workers 2] [--quick] [--scale]
 """
 
 import argparse
@@ -108,13 +112,67 @@ def bench_big(workers: int, time_limit_s: float) -> None:
           f"CP-SAT wall {solution.wall_time_s:.1f} s")
 
 
+SCALE_TYPES = {"gb200-nvl72": 0.10, "hgx-h100": 0.35, "hgx-b200": 0.25, "hgx-h200": 0.15, "mi300x-8": 0.15}
+
+
+def scaled_fleet_problem(n_racks: int, n_workloads: int = 40, n_models: int = 10) -> dict:
+    """n_racks over five generations; 40 workloads of 10 models whose demand grows with the fleet."""
+    models = BIG_MODELS[:n_models]
+    return {
+        "name": f"fleet-{n_racks}",
+        "models": {m: m for m in models},
+        "precisions": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"racks": [{"type": t, "count": max(1, round(share * n_racks))} for t, share in SCALE_TYPES.items()]},
+        "workloads": [{"name": f"w{i}", "model": models[i % n_models], "input_tokens": [1024, 2048, 4096, 8192][i % 4],
+                       "output_tokens": [256, 512][i % 2], "tpot_limit_ms": [40, 60, 80][i % 3], "ttft_limit_ms": 3000,
+                       "demand": {"output_tokens_per_s": (8_000 + 6_000 * (i % 12)) * n_racks / 250}}
+                      for i in range(n_workloads)],
+        "solver": {"time_limit_s": 60},
+    }
+
+
+def _scale_point(n_racks: int, workers: int, time_limit_s: float, queue) -> None:
+    import resource
+
+    start = time.perf_counter()
+    data, _ = prepare(resolve_problem(parse_problem(scaled_fleet_problem(n_racks))))
+    enumeration = time.perf_counter() - start
+    watch = _GapWatch()
+    solution = solve_data(data, time_limit_s=time_limit_s, seed=0, workers=workers, callback=watch)
+    queue.put({"racks": n_racks, "candidates": len(data.candidates), "enumeration_s": enumeration,
+               "to_1pct_s": None if watch.first_under_1pct_s is None else enumeration + watch.first_under_1pct_s,
+               "status": solution.status, "gap": solution.gap, "total_s": time.perf_counter() - start,
+               "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+
+
+def bench_scale(workers: int, time_limit_s: float, sizes=(100, 250, 500, 1000)) -> None:
+    import multiprocessing
+
+    print(f"{'racks':>6s} {'cands':>6s} {'enumerate s':>12s} {'to 1% s':>9s} {'status':>9s} {'gap':>8s} {'total s':>8s} {'peak MB':>8s}")
+    context = multiprocessing.get_context("spawn")
+    for n in sizes:
+        queue = context.Queue()
+        process = context.Process(target=_scale_point, args=(n, workers, time_limit_s, queue))
+        process.start()
+        row = queue.get()
+        process.join()
+        to_1pct = "never" if row["to_1pct_s"] is None else f"{row['to_1pct_s']:.2f}"
+        gap = "-" if row["gap"] is None else f"{row['gap']:.3%}"
+        print(f"{n:6d} {row['candidates']:6d} {row['enumeration_s']:12.2f} {to_1pct:>9s} {row['status']:>9s} {gap:>8s} "
+              f"{row['total_s']:8.2f} {row['peak_mb']:8.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--time-limit", type=float, default=30.0, help="CP-SAT limit for the generated fleet")
     parser.add_argument("--quick", action="store_true", help="smoke run: three bundled problems once, the fleet at a 2 s limit")
+    parser.add_argument("--scale", action="store_true", help="only part 3: fleets of 100 to 1,000 racks, 40 workloads of 10 models")
     args = parser.parse_args()
+    if args.scale:
+        bench_scale(args.workers, 60.0)
+        return
     if args.quick:
         args.repeats, args.time_limit = 1, 2.0
     bench_bundled(args.repeats, args.workers, 3 if args.quick else None)

@@ -1,8 +1,10 @@
 """Building blocks of every pydantic model read from a file: strict base model, catalog ids, fractions."""
 
+import types
+import typing
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 __all__ = ["CatalogId", "EdgeModel", "Fraction", "Name"]
 
@@ -25,3 +27,23 @@ class EdgeModel(BaseModel):
     refused, values are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data):
+        """YAML `true` is not a count or a price (pydantic would read it as 1)."""
+        if isinstance(data, dict):
+            for name, info in cls.model_fields.items():
+                if isinstance(data.get(name), bool) and _numeric(info.annotation):
+                    raise ValueError(f"{name}: {data[name]} is not a number\n    fix: write a number")
+        return data
+
+
+def _numeric(annotation) -> bool:
+    """Whether a field holds a number (int or float, optionally None), not a bool or anything else."""
+    if annotation in (int, float):
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return bool(args) and all(a in (int, float) for a in args)
+    return False

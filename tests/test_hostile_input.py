@@ -214,3 +214,9 @@ def test_a_hand_edited_plan_is_refused_by_field(tmp_path, capsys, field, value):
         assert main([command, str(out)]) == 2
         err = capsys.readouterr().err
         assert f"deployments[0].{field}" in err.replace("\n", " ") and "Traceback" not in err
+
+
+def test_a_boolean_is_not_a_number():
+    # `count: true` was read as one rack, a price sheet's `true` as 1 USD.
+    message = _refusal(_with("cluster.racks.0.count", True))
+    assert "count: True is not a number" in message
