@@ -23,7 +23,8 @@ def stubs(tmp_path_factory) -> Path:
     """Commands that append their argv to $STUB_LOG (one line per call); servers then idle until stopped."""
     directory = tmp_path_factory.mktemp("stubs")
     for name in STUBBED:  # argv joined by the unit separator, one call per line (pure bash: no interpreter start-up per call)
-        body = "#!/usr/bin/env bash\n{ printf '%s\\x1f' " + shlex.quote(name) + ' "$@"; printf \'\\n\'; } >> "$STUB_LOG"\n'
+        body = ("#!/usr/bin/env bash\nline=$(printf '%s\\x1f' " + shlex.quote(name) + ' "$@")\n'
+                'printf \'%s\\n\' "$line" >> "$STUB_LOG"\n')  # one write per call: servers start side by side
         body += "exit 0\n" if name == "curl" else "exec sleep 30\n"
         path = directory / name
         path.write_text(body)
