@@ -217,3 +217,12 @@ def test_a_layout_cheaper_per_token_but_not_chosen_says_what_ruled_it_out(solved
     assert r.not_chosen_because.startswith("whole replicas round the demand up")
     assert "$288/h" in r.not_chosen_because and "$144/h" in r.not_chosen_because
     assert result.usd_per_hour == pytest.approx(32 * 4.50)
+
+
+def test_a_pipeline_is_explained_by_the_weights_that_do_not_fit_one_box(solved_bundled):
+    # Llama 3.1 405B in bf16: 405e9 x 2 bytes = 810 GB (plus embeddings) against 8 x 80 GiB = 684 GB in one HGX H100.
+    _, result = solved_bundled["llama-3.1-405b-pipeline"]
+    piped = [d for d in result.deployments if d.candidate.layout.pp > 1]
+    assert piped, "the bundled problem is meant to need a pipeline on H100"
+    lines = result.explanation.lines()
+    assert any("pipeline stages because the weights (8" in line and "exceed the HBM of one hgx-h100 (684 GB)" in line for line in lines)

@@ -120,7 +120,30 @@ def _deployment(result, d) -> DeploymentExplanation:
                      + (f" for {format_usd(c.storage_usd_per_hour * d.replicas)}/h" if c.storage_usd_per_hour else ""))
     elif w.prefix_cache is not None and c.role is not ServingRole.DECODE:
         dominant += "; no prompt cache: recomputing the prefix is cheaper than holding it in any tier that fits"
+    if c.layout.pp > 1:
+        dominant += "; " + _why_pipeline(result, c)
     return DeploymentExplanation(c.workload, rack, binding, dominant)
+
+
+def _why_pipeline(result, c) -> str:
+    """Why a layout has pipeline stages: the weights do not fit one scale-up domain, or (said as
+    plainly) the stages are cheaper per token than every single-stage layout here."""
+    from planner.solver.infeasibility import weights_bytes
+
+    rack = result.problem.hardware.racks[c.rack_id]
+    domain = rack.n_accelerators * rack.accelerator.hbm_capacity_bytes
+    weights = weights_bytes(result, c.workload)
+    if weights > domain:
+        return (f"{c.layout.pp} pipeline stages because the weights ({format_bytes(weights)}) exceed the HBM of one {c.rack_id} "
+                f"({format_bytes(domain)})")
+    single = [o for o in result.data.candidates if o.workload == c.workload and o.rack_id == c.rack_id and o.role is c.role
+              and o.layout.pp == 1]
+    if not single:
+        return f"{c.layout.pp} pipeline stages: no single-stage layout on {c.rack_id} meets the limits with room for a KV cache"
+    best = min(single, key=lambda o: o.usd_per_million_output_tokens)
+    return (f"{c.layout.pp} pipeline stages although the weights fit one {c.rack_id}: the best single-stage layout costs "
+            f"{format_usd(best.usd_per_million_output_tokens)}/M output tokens, "
+            f"{best.usd_per_million_output_tokens / c.usd_per_million_output_tokens - 1:+.0%} against this one")
 
 
 def _modes(result, time_limit_s: float, seed: int, workers: int) -> list[str]:

@@ -19,7 +19,7 @@ from planner.solver.candidates import pair_ttft_s
 from planner.solver.model_builder import PlanningData, RackPool, build_model
 from planner.units import format_bytes, format_rate, format_seconds, format_usd
 
-__all__ = ["Conflict", "InfeasibilityReport", "conflicting_families", "explain_infeasibility"]
+__all__ = ["Conflict", "InfeasibilityReport", "conflicting_families", "explain_infeasibility", "weights_bytes"]
 
 SEARCH_TIME_LIMIT_S = 2.0
 
@@ -37,7 +37,7 @@ class InfeasibilityReport:
     conflicts: tuple[Conflict, ...]
 
 
-def _weights_bytes(result, workload_name: str) -> float:
+def weights_bytes(result, workload_name: str) -> float:
     """Bytes of the workload's model weights in the problem's weight formats."""
     w = next(w for w in result.problem.workloads if w.name == workload_name)
     model = result.problem.models[w.model_key]
@@ -69,7 +69,7 @@ def _workload_alone(result, workload_name: str) -> Conflict | None:
                 need = "the weights do not fit even spread over " + (
                     f"all {count * rack.n_accelerators} accelerators of the fleet's {count} {a.rack_id}" if count else "the largest allowed group")
             lines.append(f"on {a.rack_id}: no layout fits HBM; {need}; the weights alone are "
-                         f"{format_bytes(_weights_bytes(result, workload_name))} and one scale-up domain holds {format_bytes(domain)}")
+                         f"{format_bytes(weights_bytes(result, workload_name))} and one scale-up domain holds {format_bytes(domain)}")
             relax.append("use racks with a larger scale-up domain, narrower weights (fp8/fp4), or cluster.allow_spanning_domains: true")
         elif w.tpot_limit_s is not None and a.min_tpot_s > w.tpot_limit_s:
             families.add(ConstraintFamily(FamilyKind.TPOT, workload_name))
