@@ -288,6 +288,7 @@ def _load(directory: Path) -> dict[tuple[str, Engine], KernelRates]:
     return out
 
 
+@functools.lru_cache(maxsize=256)  # asked once per evaluated layout: 13.6k times when a 40-workload fleet is enumerated
 def kernel_rates(accelerator: str, engine: Engine, directory: Path | None = None) -> KernelRates | None:
     """The curves of `accelerator` under `engine`; an engine without tables there falls back to
     another engine's (TensorRT-LLM, then SGLang, then vLLM). None when nothing covers the part."""
