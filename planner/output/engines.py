@@ -175,7 +175,7 @@ def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports)
     common = _flags(("--tensor-parallel-size", tp), ("--pipeline-parallel-size", pp),
                     ("--max-num-seqs", max(1, d["batch_per_replica"] // dp)), ("--max-model-len", _max_len(record, d)),
                     ("--kv-cache-dtype", "fp8" if kv.startswith("fp8") else None),
-                    # `fp8` on a bf16 checkpoint is deprecated in vLLM 0.33 (model_loader/weight_utils.py) for:
+                    # vLLM 0.33 deprecates `fp8` on a bf16 checkpoint for `fp8_per_tensor` (model_loader/weight_utils.py)
                     ("--quantization", "fp8_per_tensor" if ckpt.online_quantization == "fp8" else None),
                     ("--trust-remote-code", ckpt.trust_remote_code), ("--enable-expert-parallel", ep > 1),
                     ("--enable-eplb", _redundant(d) > 0),
