@@ -12,6 +12,7 @@ __all__ = ["main"]
 
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,3 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     except PlannerInputError as exc:
         Console(stderr=True, width=120, highlight=False).print(exc.render(), markup=False)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # a sweep keeps every finished point in its --out and resumes from there
+        Console(stderr=True, highlight=False).print("interrupted" + (f"; run the same command again to resume from {args.out}"
+                                                                     if getattr(args, "out", None) else ""), markup=False)
+        return EXIT_INTERRUPTED
