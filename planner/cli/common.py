@@ -75,10 +75,11 @@ class Progress:
             Progress,
             TextColumn,
             TimeElapsedColumn,
+            TimeRemainingColumn,
         )
 
         self.bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                            console=Console(stderr=True), transient=True)
+                            TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
         self.task = None
 
     def __enter__(self):
