@@ -93,6 +93,11 @@ def _check_semantics(call: list[str]) -> None:
             assert words[words.index("--host") + 1] == "0.0.0.0", words
     if words[0] == "vllm":
         assert "--quantization" not in words or words[words.index("--quantization") + 1] != "fp8"  # deprecated for bf16 checkpoints
+        value = {flag: int(words[words.index(flag) + 1]) for flag in ("--data-parallel-size", "--data-parallel-size-local") if flag in words}
+        if value.get("--data-parallel-size-local", value.get("--data-parallel-size", 1)) < value.get("--data-parallel-size", 1):
+            assert "--data-parallel-address" in words  # ranks on other hosts; the default address is 127.0.0.1
+    if "--nnodes" in words and int(words[words.index("--nnodes") + 1]) > 1:  # every node finds the first one
+        assert "--dist-init-addr" in words or "--master-addr" in words
         assert "--distributed-executor-backend" not in words  # Ray is not installed with vLLM
     model = words[3] if words[0] == "vllm" else words[1] if words[0] == "trtllm-serve" else (
         words[words.index("--model-path") + 1] if "--model-path" in words else "")
