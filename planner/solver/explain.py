@@ -20,6 +20,8 @@ __all__ = ["Alternative", "DeploymentExplanation", "PlanExplanation", "RackCompa
 # Objectives closer than this are ties: above the micro-dollar rounding of CP-SAT's integer objective
 # (model_builder.USD_RESOLUTION on costs of cents and up), below any difference worth reporting.
 TIE_FRACTION = 1e-5
+EXPLAIN_SHARE = 0.2  # of the plan's time limit, for each comparison solve (other serving mode, runner-up)
+EXPLAIN_MIN_S = 1.0
 
 LIMIT_SENTENCES = {
     "hbm": "HBM capacity binds: batch {batch} is the largest whose weights, KV cache and activations fit",
@@ -289,6 +291,9 @@ def _alternative(result, time_limit_s: float, seed: int, workers: int) -> Altern
 
 
 def explain_plan(result, *, time_limit_s: float, seed: int, workers: int) -> PlanExplanation:
+    # Each comparison solve gets a fifth of the plan's limit (at least 1 s): a fixed share, so that the
+    # explanation stays deterministic and a large fleet's runner-up search does not double the command's time.
+    time_limit_s = min(time_limit_s, max(EXPLAIN_MIN_S, EXPLAIN_SHARE * time_limit_s))
     return PlanExplanation(
         deployments=tuple(_deployment(result, d) for d in result.deployments),
         fleet=tuple(_fleet(result) + _modes(result, time_limit_s, seed, workers)),
