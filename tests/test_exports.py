@@ -256,3 +256,24 @@ def test_leaderworkerset_manifests_match_the_crd(solved_bundled, lws_validator, 
         servers = [d for d in docs[1:] if d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"]
         assert sum(d["spec"]["replicas"] for d in servers) == sum(d["replicas"] for d in record["deployments"])  # a group per replica
     assert checked > 0
+
+
+def test_a_kubernetes_router_reaches_every_group_at_its_template_port(solved_bundled):
+    # Groups of one LeaderWorkerSet share the first replica's command (and ports); each has its own leader DNS name.
+    import re
+
+    import yaml
+
+    record = solve_record(solved_bundled["disaggregation-wins-long-prompts"][1])
+    docs = list(yaml.safe_load_all(export_plan(record, "lws", engine="sglang")))
+    servers = {d["metadata"]["name"]: d for d in docs[1:] if d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"}
+    router = next(d for d in docs[1:] if d["metadata"]["labels"]["app.kubernetes.io/component"] == "router")
+    command = router["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["command"][2]
+    prefill = re.findall(r"--prefill http://([a-z0-9-]+)-(\d+)\.([a-z0-9-]+):(\d+) (\d+)", command)
+    n_prefill = sum(d["replicas"] for d in record["deployments"] if d["role"] == "prefill")
+    assert len(prefill) == n_prefill and len({(name, group) for name, group, *_ in prefill}) == n_prefill
+    for name, group, service, port, _ in prefill:
+        lws = servers[name]
+        assert service == name and int(group) < lws["spec"]["replicas"]
+        container = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+        assert container["ports"][0]["containerPort"] == int(port)

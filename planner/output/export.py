@@ -26,7 +26,7 @@ from planner.output.engines import (
     replicas_of,
     vendor_of,
 )
-from planner.output.kubernetes import manifests_text
+from planner.output.kubernetes import group_endpoints, manifests_text
 from planner.output.launch import HostRef, LaunchScript, Server, render_script, word
 from planner.output.launch import safe_file_name as safe_name
 
@@ -148,7 +148,7 @@ def _routers(record: dict, fmt: str, script: LaunchScript, ports: Ports) -> None
         script.servers.append(Server(host, f"router-{workload}", argv, port, "/health"))
 
 
-def build_launch(record: dict, fmt: str) -> LaunchScript:
+def build_launch(record: dict, fmt: str, routers: bool = True) -> LaunchScript:
     """The servers, files and notes of the plan for engine `fmt` (see planner/output/launch.py)."""
     _unsupported(record, fmt)
     hosts = list(dict.fromkeys(h.name for d in record["deployments"] for roles in replicas_of(d) for h in hosts_of(record, roles)))
@@ -161,7 +161,8 @@ def build_launch(record: dict, fmt: str) -> LaunchScript:
     script, ports = LaunchScript(fmt, header, hosts, []), Ports()
     for i, d in enumerate(record["deployments"]):
         ENGINE_BUILDERS[fmt](record, d, i, script, ports)
-    _routers(record, fmt, script, ports)
+    if routers:
+        _routers(record, fmt, script, ports)
     return script
 
 
@@ -170,8 +171,11 @@ def export_plan(record: dict, fmt: str, engine: str | None = None) -> str:
     manifests (default: the plan's)."""
     if fmt == "json":
         return json.dumps(placement_document(record), indent=2, allow_nan=False) + "\n"
-    if fmt == "lws":
+    if fmt == "lws":  # routers address each group's leader by its DNS name, at the template's ports
         engine = engine or record["deployments"][0].get("engine", "trtllm")
+        script = build_launch(record, engine, routers=False)
+        script.endpoints = group_endpoints(record, script, engine)
+        _routers(record, engine, script, Ports())
         vendors = {i: vendor_of(record, d["accelerator"]) for i, d in enumerate(record["deployments"])}
-        return manifests_text(record, build_launch(record, engine), engine, vendors)
+        return manifests_text(record, script, engine, vendors)
     return render_script(build_launch(record, fmt))

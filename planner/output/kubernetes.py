@@ -18,7 +18,7 @@ import yaml
 from planner.errors import InputIssue, PlannerInputError
 from planner.output.launch import HostRef, LaunchScript, RankRef, Server, Word
 
-__all__ = ["manifests_text"]
+__all__ = ["group_endpoints", "manifests_text"]
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 FILES_MOUNT = "/planner"
@@ -33,6 +33,38 @@ def k8s_name(text: str) -> str:
     """A DNS-1123 label: lowercase letters, digits and '-', at most 63 characters (room left for '-<group>')."""
     name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
     return (name[:50].rstrip("-") or "planner")
+
+
+def _groups(script: LaunchScript) -> dict[int, list[list[Server]]]:
+    """Each deployment's replicas (LeaderWorkerSet groups) with their servers, host by host."""
+    by_deployment: dict[int, list[list[Server]]] = {}
+    for server in script.servers:
+        if server.deployment < 0:
+            continue
+        groups = by_deployment.setdefault(server.deployment, [])
+        while len(groups) <= server.replica:
+            groups.append([])
+        groups[server.replica].append(server)
+    return by_deployment
+
+
+def _names(record: dict, engine: str) -> tuple[str, dict[int, str]]:
+    base = k8s_name(f"{record.get('problem', 'plan')}-{engine}")
+    return base, {i: k8s_name(f"{base}-{i}-{d['workload']}") for i, d in enumerate(record["deployments"])}
+
+
+def group_endpoints(record: dict, script: LaunchScript, engine: str) -> dict[tuple[str, str], list[tuple[str, int, int | None]]]:
+    """(workload, role) -> (leader DNS name, port, bootstrap port) of every group: every group runs the
+    first replica's command, so its ports; the DNS name stands in for a host."""
+    _, names = _names(record, engine)
+    out: dict[tuple[str, str], list[tuple[str, int, int | None]]] = {}
+    for index, groups in sorted(_groups(script).items()):
+        d, leader = record["deployments"][index], groups[0][0]
+        flat = ["".join(p for p in w if isinstance(p, str)) for w in leader.argv]
+        bootstrap = int(flat[flat.index("--disaggregation-bootstrap-port") + 1]) if "--disaggregation-bootstrap-port" in flat else None
+        for g in range(len(groups)):
+            out.setdefault((d["workload"], d.get("role", "aggregated")), []).append((f"{names[index]}-{g}.{names[index]}", leader.port, bootstrap))
+    return out
 
 
 def _shell_word(w: Word, server: Server, dns: dict[str, str]) -> str:
@@ -90,25 +122,14 @@ def _pod(container: dict, configmap: str) -> dict:
 
 def manifests_text(record: dict, script: LaunchScript, engine: str, vendors: dict[int, str]) -> str:
     """Multi-document YAML: a ConfigMap with the files, then one LeaderWorkerSet per deployment and router."""
-    base = k8s_name(f"{record.get('problem', 'plan')}-{engine}")
+    base, names = _names(record, engine)
     configmap = f"{base}-files"
     docs: list[dict] = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": configmap, "labels": {"app.kubernetes.io/part-of": base}},
                          "data": dict(script.files)}]
-    leaders: dict[str, str] = {}  # plan host -> DNS name of the leader pod of its group
-    by_deployment: dict[int, list[list[Server]]] = {}
-    for server in script.servers:
-        if server.deployment < 0:
-            continue
-        index, replica = server.deployment, server.replica
-        groups = by_deployment.setdefault(index, [])
-        while len(groups) <= replica:
-            groups.append([])
-        groups[replica].append(server)
+    by_deployment = _groups(script)
+    leaders = {e[0]: e[0] for endpoints in script.endpoints.values() for e in endpoints}  # router endpoints are DNS names already
     for index, groups in sorted(by_deployment.items()):
-        d = record["deployments"][index]
-        name = k8s_name(f"{base}-{index}-{d['workload']}")
-        for g, servers in enumerate(groups):
-            leaders[servers[0].host] = f"{name}-{g}.{name}"
+        d, name = record["deployments"][index], names[index]
         first = groups[0]
         if engine == "trtllm" and first[0].argv[0] == ("mpirun",):
             raise PlannerInputError(InputIssue(f"deployments[{index}]", "a TensorRT-LLM replica over several hosts starts with mpirun, "
