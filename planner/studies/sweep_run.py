@@ -7,6 +7,7 @@ do depend on it (`solve_s`) are named in `RUN_DEPENDENT`.
 """
 
 import json
+import multiprocessing
 import os
 import time
 import traceback
@@ -82,7 +83,8 @@ def _local(points: list[SweepPoint], args: tuple, workers: int) -> Iterable[tupl
         for p in points:
             yield p, solve_point(p, *args)
         return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # spawn, not fork: the parent runs a progress-bar thread, and a forked child could inherit a held lock
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         pending = {pool.submit(solve_point, p, *args): p for p in points}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
