@@ -220,3 +220,10 @@ def test_a_boolean_is_not_a_number():
     # `count: true` was read as one rack, a price sheet's `true` as 1 USD.
     message = _refusal(_with("cluster.racks.0.count", True))
     assert "count: True is not a number" in message
+
+
+def test_paths_with_markup_brackets_are_printed_as_text(tmp_path, capsys):
+    # rich read "[/]" in an output path as markup and raised MarkupError.
+    out = tmp_path / "a[/]b" / "plan.json"
+    assert main(["solve", "llama-3.1-70b-hgx-h100", "--json", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out.replace("\n", "")

@@ -103,7 +103,7 @@ def calibrate_command(args: argparse.Namespace, console: Console) -> int:
     for row in summary_rows(record):
         table.add_row(*row)
     console.print(table)
-    console.print(f"wrote {output} ({output.stat().st_size / 1024:.0f} KiB)")
+    console.print(f"wrote {output} ({output.stat().st_size / 1024:.0f} KiB)", markup=False)
     return EXIT_OK
 
 

@@ -27,7 +27,7 @@ def write_text(path: str, text: str, console: Console | None = None) -> None:
         raise PlannerInputError(InputIssue(str(path), f"cannot write: {exc.strerror or exc}",
                                            "pass a file path in a writable directory")) from None
     if console is not None:
-        console.print(f"wrote {path}")
+        console.print(f"wrote {path}", markup=False)
 
 
 def finite(value):

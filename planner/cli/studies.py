@@ -34,7 +34,7 @@ def compare_command(args: argparse.Namespace, console: Console) -> int:
     if args.plot:
         from planner.output.charts import plot_compare
 
-        console.print(f"wrote {plot_compare(rows, args.plot, title)}")
+        console.print(f"wrote {plot_compare(rows, args.plot, title)}", markup=False)
     if args.json:
         write_json(args.json, compare_record(rows), console)
     return EXIT_OK if any(r.usd_per_million_output_tokens is not None for r in rows) else EXIT_INFEASIBLE
@@ -59,7 +59,7 @@ def frontier_command(args: argparse.Namespace, console: Console) -> int:
         from planner.output.charts import plot_frontier
 
         title = f"{problem.name}: {frontier.model}, workload {frontier.workload}"
-        console.print(f"wrote {plot_frontier(frontier, args.plot, title)}")
+        console.print(f"wrote {plot_frontier(frontier, args.plot, title)}", markup=False)
     if args.csv:
         write_text(args.csv, frontier_csv(frontier), console)
     if args.json:
@@ -79,7 +79,7 @@ def curve_command(args: argparse.Namespace, console: Console) -> int:
         from planner.output.charts import plot_curve
 
         title = f"{curve.model} on {curve.rack_id}, {curve.layout.describe()}"
-        console.print(f"wrote {plot_curve(curve, args.plot, title)}")
+        console.print(f"wrote {plot_curve(curve, args.plot, title)}", markup=False)
     if args.csv:
         write_text(args.csv, curve_csv(curve), console)
     if args.json:
@@ -113,7 +113,8 @@ def sweep_command(args: argparse.Namespace, console: Console) -> int:
     out.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps({"name": spec.name, "points": len(points), "fingerprint": fingerprint,
                                     "spec": spec.model_dump(mode="json")}, indent=2) + "\n")
-    console.print(f"{spec.name}: {len(points)} problems from {args.spec} ({'Ray ' + args.ray if args.ray else f'{args.workers} local worker(s)'})")
+    console.print(f"{spec.name}: {len(points)} problems from {args.spec} ({'Ray ' + args.ray if args.ray else f'{args.workers} local worker(s)'})",
+                  markup=False)
     with Progress("solving points") as progress:
         rows = run_sweep(points, out, base_dir, time_limit, spec.seed, workers=args.workers, ray_address=args.ray,
                          progress=lambda done, total: progress(done, total, f"{done}/{total} points"))
@@ -124,5 +125,5 @@ def sweep_command(args: argparse.Namespace, console: Console) -> int:
     for line in summary:
         console.print(f"  - {line}", markup=False)
     for path in [*written, out / "summary.md"]:
-        console.print(f"wrote {path}")
+        console.print(f"wrote {path}", markup=False)
     return EXIT_OK if any(r.get("usd_per_million_output_tokens") is not None for r in rows) else EXIT_INFEASIBLE
