@@ -145,7 +145,8 @@ def _routers(record: dict, fmt: str, script: LaunchScript, ports: Ports) -> None
             argv += [word("--decoder-ports"), *(word(p) for _, p, _ in decode)]
             script.notes.append("the vLLM router is toy_proxy_server.py from vLLM's source tree "
                                 "(tests/v1/kv_connector/nixl_integration/); copy it into the run directory first")
-        script.servers.append(Server(host, f"router-{workload}", argv, port, "/health"))
+        # vLLM's toy proxy answers on /healthcheck (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py)
+        script.servers.append(Server(host, f"router-{workload}", argv, port, "/healthcheck" if fmt == "vllm" else "/health"))
 
 
 def build_launch(record: dict, fmt: str, routers: bool = True) -> LaunchScript:

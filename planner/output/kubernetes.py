@@ -104,7 +104,7 @@ def _command(server: Server, dns: dict[str, str] | None = None) -> str:
     return "exec " + " ".join(_shell_word(w, server, dns or {}) for w in words)
 
 
-def _container(name: str, command: str, gpus: int, image: str, vendor: str, port: int | None) -> dict:
+def _container(name: str, command: str, gpus: int, image: str, vendor: str, port: int | None, health_path: str = "/health") -> dict:
     container = {"name": name, "image": image, "command": ["/bin/sh", "-c", command],
                  "workingDir": FILES_MOUNT, "volumeMounts": [{"name": "planner-files", "mountPath": FILES_MOUNT}]}
     if gpus:
@@ -112,7 +112,7 @@ def _container(name: str, command: str, gpus: int, image: str, vendor: str, port
         container["resources"] = {"limits": {resource: gpus}, "requests": {resource: gpus}}
     if port:
         container["ports"] = [{"containerPort": port, "name": "http"}]
-        container["readinessProbe"] = {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 10, "failureThreshold": 360}
+        container["readinessProbe"] = {"httpGet": {"path": health_path, "port": port}, "periodSeconds": 10, "failureThreshold": 360}
     return container
 
 
@@ -151,7 +151,7 @@ def manifests_text(record: dict, script: LaunchScript, engine: str, vendors: dic
         if server.deployment < 0:
             name = k8s_name(f"{base}-{server.label}")
             router_image = "lmsysorg/sglang-router:latest" if engine == "sglang" else IMAGES[(engine, "NVIDIA")]
-            container = _container("router", _command(server, leaders), 0, router_image, "none", server.port)
+            container = _container("router", _command(server, leaders), 0, router_image, "none", server.port, server.health_path)
             docs.append({"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
                          "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": base, "app.kubernetes.io/component": "router"}},
                          "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 1, "workerTemplate": _pod(container, configmap)}}})
