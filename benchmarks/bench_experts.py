@@ -16,6 +16,10 @@ Part 2, re-placement in service: DeepSeek-V3 at EP64 placed for one profile, the
 (each expert's load times lognormal(0, 0.3)); for move budgets per layer, the imbalance reached on
 the new loads and the expert copies that must be loaded.
 
+Part 3, heavy skew: Zipf(1.4) loads (each layer a random permutation of 1/rank^1.4 over the experts),
+EPLB-style against ours; the step imbalance is against the mean rank load, the bound no replica count
+can beat (the per-copy bound moves with the replica counts each method picks).
+
     python benchmarks/bench_experts.py [--repeats 3] [--cpsat-layers 4] [--cpsat-seconds 2] [--quick]
 """
 
@@ -85,6 +89,26 @@ def main() -> None:
                   f"{placement.worst_gap_to_bound:>10.2%} {seconds:>8.3f}s{proven}")
         print()
     _drift(catalog["deepseek-v3"], args.repeats, budgets=(8,) if args.quick else (2, 8, 32, None))
+    _zipf(catalog, [(m, ep) for m, ep in cases])
+
+
+def zipf_profile(arch, s: float = 1.4, seed: int = 0):
+    """One row per MoE layer: 1/rank^s over the experts, in a random order per layer."""
+    rng = np.random.default_rng(seed)
+    base = 1.0 / np.arange(1, arch.moe.n_routed_experts + 1) ** s
+    return np.stack([rng.permutation(base) for _ in range(arch.n_moe_layers)])
+
+
+def _zipf(catalog, cases) -> None:
+    print("Zipf 1.4 loads, one redundant slot per rank: step imbalance against the mean rank load")
+    print(f"{'model':12} {'EP':>4} {'eplb':>8} {'ours':>8} {'time (ours)':>12}")
+    for model_id, ep in cases:
+        arch = catalog[model_id]
+        loads = zipf_profile(arch)
+        base = eplb_baseline(arch, loads, ep, 1)
+        start = time.perf_counter()
+        ours = place_experts(arch, loads, ep, 1)
+        print(f"{model_id:12} {ep:>4} {base.imbalance:>8.4f} {ours.imbalance:>8.4f} {time.perf_counter() - start:>11.3f}s")
 
 
 def _drift(arch, repeats: int, ep: int = 64, budgets: tuple = (2, 8, 32, None)) -> None:
