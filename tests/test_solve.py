@@ -226,3 +226,24 @@ def test_a_pipeline_is_explained_by_the_weights_that_do_not_fit_one_box(solved_b
     assert piped, "the bundled problem is meant to need a pipeline on H100"
     lines = result.explanation.lines()
     assert any("pipeline stages because the weights (8" in line and "exceed the HBM of one hgx-h100 (684 GB)" in line for line in lines)
+
+
+def test_shared_batch_grids_change_no_candidate(monkeypatch):
+    # Workloads of one model and lengths share their batch-grid tables during enumeration; with the
+    # sharing switched off, every candidate and every figure must come out the same.
+    from contextlib import nullcontext
+
+    from planner.solver import solve as solve_module
+    from planner.solver.solve import prepare
+
+    raw = {"name": "sharing", "models": {"a": "llama-3.1-70b", "b": "qwen3-30b-a3b"},
+           "cluster": {"racks": [{"type": "hgx-h100"}, {"type": "hgx-b200"}]},
+           "workloads": [{"name": f"w{i}", "model": "ab"[i % 2], "input_tokens": 2048, "output_tokens": 256,
+                          "tpot_limit_ms": [30, 50, 80][i % 3], "demand": {"output_tokens_per_s": 5000}} for i in range(6)]}
+    resolved = resolve_problem(parse_problem(raw))
+    shared, _ = prepare(resolved)
+    monkeypatch.setattr(solve_module, "shared_evaluations", nullcontext)
+    alone, _ = prepare(resolved)
+    assert len(shared.candidates) == len(alone.candidates) > 0
+    for a, b in zip(shared.candidates, alone.candidates, strict=True):
+        assert a == b and a.tpot_s == b.tpot_s and a.ttft_s == b.ttft_s and a.output_tokens_per_s == b.output_tokens_per_s

@@ -1,11 +1,10 @@
 """Candidate deployments: for a workload and a rack type, every valid parallel layout at the largest
 batch its limits allow, evaluated with the roofline, then pruned to the non-dominated ones.
 
-Step 1 enumerates layouts (power-of-two stage sizes that fit a scale-up domain unless spanning is
-allowed, tensor-parallel degrees that divide the heads, expert-parallel degrees that divide the
-experts, enough pipeline stages for the weights).
-Step 2 evaluates each layout on a grid of batch sizes at once and refines the largest batch that
-fits HBM and meets TPOT and TTFT; it records which limit stopped the batch growing.
+Step 1 enumerates layouts (power-of-two stage sizes that fit a scale-up domain unless spanning is allowed,
+TP degrees that divide the heads, EP degrees that divide the experts, enough pipeline stages for the weights).
+Step 2 evaluates each layout on a grid of batch sizes at once (grids shared between workloads, see
+grid_memo) and refines the largest batch that fits HBM and meets TPOT and TTFT, noting what stopped it.
 Step 3 keeps, per rack type, the candidates no other candidate beats on every axis.
 """
 
@@ -38,6 +37,7 @@ from planner.physics.kv_cache import CacheUse, tiers_for
 from planner.physics.links import default_replica_links, kv_handoff_s
 from planner.problem.resolve import ResolvedWorkload, resolve_precisions
 from planner.problem.schema import PrecisionSpec
+from planner.solver.grid_memo import shared_grid
 from planner.units import SECONDS_PER_HOUR
 
 __all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_s"]
@@ -383,7 +383,7 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
         return [_candidate(inp, workload, table, 0, BatchLimit.PREFILL, spans, notes, handoff)]
     if layout.pp * layout.dp_attn > settings.max_batch_per_replica:  # one sequence per stage and attention rank at the least
         return BatchLimit.MAX_BATCH
-    grid = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica))
+    grid = shared_grid(inp, _batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica))
     analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
     if not grid.fits[0]:
         return "hbm"

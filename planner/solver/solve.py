@@ -28,6 +28,7 @@ from planner.solver.candidates import (
     pair_ttft_s,
 )
 from planner.solver.explain import explain_plan
+from planner.solver.grid_memo import shared_evaluations
 from planner.solver.infeasibility import explain_infeasibility
 from planner.solver.model_builder import PlanningData, RackPool
 from planner.solver.pruning import pareto_prune
@@ -145,21 +146,22 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
     analyses: dict[tuple[str, str], RackAnalysis] = {}
     shared: dict[tuple, RackAnalysis] = {}
     candidates: list[Candidate] = []
-    for w in resolved.workloads:
-        model = resolved.models[w.model_key]
-        for rack, count in resolved.rack_counts:
-            if progress:
-                progress(f"{w.name} on {rack.id}")
-            max_accelerators = None if count is None else count * rack.n_accelerators
-            key = (w.model_key, rack.id, max_accelerators, w.input_tokens, w.output_tokens, w.tpot_limit_s, w.ttft_limit_s)
-            if key not in shared:
-                shared[key] = analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings, max_accelerators,
-                                           imbalance[w.model_key])
-            base = shared[key]
-            analysis = RackAnalysis(**{**base.__dict__, "workload": w.name,
-                                       "candidates": [_for_workload(c, w.name) for c in base.candidates]})
-            analyses[(w.name, rack.id)] = analysis
-            candidates.extend(pareto_prune(analysis.candidates, use_latency=ladder))
+    with shared_evaluations():  # workloads of one model and lengths share their batch-grid tables
+        for w in resolved.workloads:
+            model = resolved.models[w.model_key]
+            for rack, count in resolved.rack_counts:
+                if progress:
+                    progress(f"{w.name} on {rack.id}")
+                max_accelerators = None if count is None else count * rack.n_accelerators
+                key = (w.model_key, rack.id, max_accelerators, w.input_tokens, w.output_tokens, w.tpot_limit_s, w.ttft_limit_s)
+                if key not in shared:
+                    shared[key] = analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings, max_accelerators,
+                                               imbalance[w.model_key])
+                base = shared[key]
+                analysis = RackAnalysis(**{**base.__dict__, "workload": w.name,
+                                           "candidates": [_for_workload(c, w.name) for c in base.candidates]})
+                analyses[(w.name, rack.id)] = analysis
+                candidates.extend(pareto_prune(analysis.candidates, use_latency=ladder))
     candidates.sort(key=lambda c: (c.workload, c.sort_key()))
     pools = {rack.id: RackPool(rack.id, rack.n_accelerators, count, tuple(resolved.unavailable.get(rack.id, {}).values()))
              for rack, count in resolved.rack_counts}
