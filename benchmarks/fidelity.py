@@ -2,9 +2,9 @@
 
 Each row of `benchmarks/published.csv` carries a published throughput and machine-readable mapping
 columns (`planner_*`, `measured_*`) saying how it maps onto `planner estimate`. For every row this
-script runs `python -m planner estimate ... --json PATH` as a subprocess (so it depends on the CLI
-and its JSON, not on internal APIs), turns the JSON into the measured quantity and prints
-predicted against measured.
+script runs `planner estimate ... --json PATH` through the CLI's entry point (so it depends on the
+CLI and its JSON, not on internal APIs; in worker processes, or as a subprocess per call with
+`--subprocess`), turns the JSON into the measured quantity and prints predicted against measured.
 
 Modes (README of the validation set):
   inflight      aggregated replica; output tokens/s per accelerator
@@ -16,12 +16,14 @@ An empty `planner_batch` means the largest batch that fits (exit code 3 = does n
 `planner_batch_cap`. Where the JSON has `<field>_range` = [low, high], the prediction is also
 computed at both ends and the benchmark reports whether that range covers the measurement.
 
-Usage: python benchmarks/fidelity.py [--quick] [--json OUT] [--csv OUT]
+Usage: python benchmarks/fidelity.py [--quick] [--published CSV] [--json OUT] [--csv OUT] [--jobs N] [--subprocess]
 Exit code 0 unless the benchmark itself fails.
 """
 
 import argparse
+import contextlib
 import csv
+import io
 import json
 import math
 import os
@@ -29,7 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -66,16 +68,31 @@ def estimate_argv(row: dict, batch: int, json_path: str) -> list[str]:
     return argv + ["--role", role]
 
 
+SUBPROCESS = False  # --subprocess: one `python -m planner` per call instead of the entry point in this process
+
+
 def run_estimate(row: dict, batch: int) -> tuple[bool, dict]:
     """Run the planner at `batch`: (fits in HBM, JSON record). Raises on any other failure."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "estimate.json")
-        proc = subprocess.run(estimate_argv(row, batch, path), cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-        if proc.returncode not in (0, EXIT_DOES_NOT_FIT):
-            raise RuntimeError(f"planner exit {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+        argv = estimate_argv(row, batch, path)
+        if SUBPROCESS:
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+            proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+            code, message = proc.returncode, proc.stderr or proc.stdout
+        else:
+            if str(ROOT) not in sys.path:
+                sys.path.insert(0, str(ROOT))
+            from planner.cli.main import main as planner_main
+
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = planner_main(argv[3:])
+            message = err.getvalue() or out.getvalue()
+        if code not in (0, EXIT_DOES_NOT_FIT):
+            raise RuntimeError(f"planner exit {code}: {message.strip()[-400:]}")
         with open(path) as f:
-            return proc.returncode == 0, json.load(f)
+            return code == 0, json.load(f)
 
 
 def batch_unit(row: dict) -> int:
@@ -288,9 +305,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="OUT", help="write rows and summary as JSON")
     parser.add_argument("--csv", metavar="OUT", help="write one CSV line per row")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="rows evaluated in parallel")
+    parser.add_argument("--subprocess", action="store_true", help="one `python -m planner` process per planner call (slower)")
     args = parser.parse_args(argv)
     rows = load_rows(Path(args.published), QUICK_IDS if args.quick else None)
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    global SUBPROCESS
+    SUBPROCESS = args.subprocess
+    executor = ThreadPoolExecutor if args.subprocess else ProcessPoolExecutor
+    with executor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(evaluate, rows))
     summary = summarize(results)
     print_report(results, summary)

@@ -44,10 +44,16 @@ def test_estimate_deepseek_v3_fp8_on_gb200_nvl72(tmp_path):
     assert record["layout"] == {"tp": 1, "ep": 64, "pp": 1, "dp_attn": 64, "expert_tp": 1}
     assert record["precisions"]["compute"] == "fp8"
     assert record["links"]["stage_link_kind"] == "scale_up"
-    # 64 sequences per GPU paged at the mean length (3072 + 512) + 10% headroom, 35,136 B per token (fp8 MLA latent)
-    assert record["memory_bytes_per_accelerator"]["kv"] == pytest.approx(64 * 3584 * 1.1 * 35136, rel=1e-9)
+    # TensorRT-LLM (the default engine) reserves each of the 64 sequences per GPU at its whole
+    # 3072 + 1024 tokens (GUARANTEED_NO_EVICT), 35,136 B per token (fp8 MLA latent)
+    assert record["memory_bytes_per_accelerator"]["kv"] == pytest.approx(64 * 4096 * 35136, rel=1e-9)
     for name in ESTIMATE_FIELDS:
         assert name in record
+    # SGLang pages them at the mean length (3072 + 512) + 10% headroom
+    assert main(["estimate", "--model", "deepseek-v3", "--rack", "gb200-nvl72", "--ep", "64", "--batch", "4096", "--isl", "3072",
+                 "--osl", "1024", "--weights-precision", "fp8", "--kv-precision", "fp8", "--engine", "sglang", "--json", str(out)]) == 0
+    paged = json.loads(out.read_text())["memory_bytes_per_accelerator"]["kv"]
+    assert paged == pytest.approx(64 * 3584 * 1.1 * 35136, rel=1e-9)
 
 
 def test_estimate_from_a_bundled_problem(tmp_path):

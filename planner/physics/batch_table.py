@@ -14,7 +14,7 @@ import numpy as np
 
 from planner.hardware.kernels import kernel_rates
 from planner.model.architecture import kv_bytes_per_sequence
-from planner.modes import ServingRole, StepModel
+from planner.modes import Engine, ServingRole, StepModel
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.kv_cache import cached_bytes, reload_s
 from planner.physics.links import ReplicaLinks, default_replica_links, effective_links
@@ -28,7 +28,8 @@ from planner.physics.roofline import StepTime, step_total_s
 from planner.physics.stages import Stages, stages
 from planner.physics.step import StepContext, StepTerms, decode_terms, prefill_pass
 
-__all__ = ["PAGED_KV_HEADROOM", "WORST_CASE_QUEUE_DEPARTURES", "BatchTable", "evaluate_batches", "step_context"]
+__all__ = ["PAGED_KV_HEADROOM", "WORST_CASE_QUEUE_DEPARTURES", "BatchTable", "evaluate_batches", "kv_reservation",
+           "step_context"]
 
 WORST_CASE_QUEUE_DEPARTURES = 2  # claim 3: a request waits at most about two batch departures
 # Engines page the KV cache and hold each sequence at its current length; in steady in-flight
@@ -37,12 +38,25 @@ WORST_CASE_QUEUE_DEPARTURES = 2  # claim 3: a request waits at most about two ba
 PAGED_KV_HEADROOM = 0.10
 
 
-def _kv_reserved_context(inp: DeploymentInputs) -> float:
-    """Tokens of KV held per sequence: a prefill replica holds whole prompts; decoding sequences are
-    paged at their actual length (the mean prompt + half the output) plus the headroom."""
+def kv_reservation(inp: DeploymentInputs) -> tuple[float, str]:
+    """Tokens of KV held per sequence, and how the engine's scheduler decides it.
+
+    A prefill replica holds whole prompts. TensorRT-LLM's default capacity scheduler,
+    GUARANTEED_NO_EVICT, admits a request only when blocks for its prompt plus its whole output are
+    free (TensorRT-LLM docs, "Useful Runtime Options": the default policy guarantees a started
+    request is never paused), so each sequence holds prompt + output. vLLM and SGLang admit on the
+    current length and preempt or retract when the pool runs out: sequences are paged at their
+    actual length, on average the prompt + half the output, plus the headroom. The ideal roofline
+    pages like them."""
+    full = float(inp.input_tokens + inp.output_tokens)
     if inp.role is ServingRole.PREFILL:
-        return float(inp.input_tokens)
-    return min(inp.input_tokens + inp.output_tokens, (inp.input_tokens + inp.output_tokens / 2) * (1 + PAGED_KV_HEADROOM))
+        return float(inp.input_tokens), "a prefill replica holds whole prompts"
+    if inp.engine is Engine.TRTLLM and inp.step_model is StepModel.CALIBRATED:
+        return full, (f"HBM reserves KV for the whole {full:g}-token sequence (TensorRT-LLM's default scheduler, "
+                      "GUARANTEED_NO_EVICT, admits a request only when its prompt + output fit)")
+    paged = min(full, (inp.input_tokens + inp.output_tokens / 2) * (1 + PAGED_KV_HEADROOM))
+    return paged, (f"HBM holds paged KV at that mean + {PAGED_KV_HEADROOM:.0%} headroom ({paged:g} tokens, at most {full:g}; "
+                   f"{inp.engine.value} admits on current length and preempts)")
 
 
 def _memory(inp: DeploymentInputs, st: Stages, chunk: int, batches: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -52,7 +66,7 @@ def _memory(inp: DeploymentInputs, st: Stages, chunk: int, batches: np.ndarray) 
     per_rank = (batches / lay.dp_attn)[:, None]
     weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params * inp.expert_slot_factor,
                                            lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes) * np.ones_like(per_rank)
-    max_context = _kv_reserved_context(inp)
+    max_context, _ = kv_reservation(inp)
     kv = kv_bytes_per_accelerator(per_rank, st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes)),
                                   kv_shard_fraction(arch, lay.tp))
     micro_per_rank = per_rank / lay.pp

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field, replace
 
 from planner.modes import OverlapPolicy, ServingRole, StepModel
 from planner.physics.batch_table import (
-    PAGED_KV_HEADROOM,
     WORST_CASE_QUEUE_DEPARTURES,
     BatchTable,
     evaluate_batches,
+    kv_reservation,
 )
 from planner.physics.cost import usd_per_million_tokens
 from planner.physics.inputs import DeploymentInputs
@@ -184,7 +184,7 @@ def _assumptions(inp: DeploymentInputs, t: BatchTable, links: ReplicaLinks) -> t
     accel = inp.rack.accelerator
     notes = _model_notes(inp, t, flops_per_s, bw) + [
         (f"decode KV reads use the mean context {inp.input_tokens + inp.output_tokens / 2:g} tokens (input + output/2); "
-        f"HBM holds paged KV at that mean + {PAGED_KV_HEADROOM:.0%} headroom (at most {inp.input_tokens + inp.output_tokens} tokens)"),
+        f"{kv_reservation(inp)[1]}"),
         _role_note(inp, chunk),
         f"price ${accel.price_usd_per_hour:.2f}/h per {accel.id} (estimate: {accel.price_basis})",
         ("the scale-out network is a non-blocking fabric; collectives pay "
