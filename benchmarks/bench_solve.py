@@ -135,14 +135,14 @@ def _scale_point(n_racks: int, workers: int, time_limit_s: float, queue) -> None
     import resource
 
     start = time.perf_counter()
-    data, _ = prepare(resolve_problem(parse_problem(scaled_fleet_problem(n_racks))))
+    data, _ = prepare(resolve_problem(parse_problem(scaled_fleet_problem(n_racks))), workers=workers)
     enumeration = time.perf_counter() - start
     watch = _GapWatch()
     solution = solve_data(data, time_limit_s=time_limit_s, seed=0, workers=workers, callback=watch)
     queue.put({"racks": n_racks, "candidates": len(data.candidates), "enumeration_s": enumeration,
                "to_1pct_s": None if watch.first_under_1pct_s is None else enumeration + watch.first_under_1pct_s,
                "status": solution.status, "gap": solution.gap, "total_s": time.perf_counter() - start,
-               "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+               "peak_mb": max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024})
 
 
 def bench_scale(workers: int, time_limit_s: float, sizes=(100, 250, 500, 1000)) -> None:
@@ -169,9 +169,11 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=30.0, help="CP-SAT limit for the generated fleet")
     parser.add_argument("--quick", action="store_true", help="smoke run: three bundled problems once, the fleet at a 2 s limit")
     parser.add_argument("--scale", action="store_true", help="only part 3: fleets of 100 to 1,000 racks, 40 workloads of 10 models")
+    parser.add_argument("--sizes", type=lambda text: tuple(int(x) for x in text.split(",")), default=(100, 250, 500, 1000),
+                        help="fleet sizes in racks for --scale (default 100,250,500,1000)")
     args = parser.parse_args()
     if args.scale:
-        bench_scale(args.workers, 60.0)
+        bench_scale(args.workers, 60.0, args.sizes)
         return
     if args.quick:
         args.repeats, args.time_limit = 1, 2.0

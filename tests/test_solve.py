@@ -247,3 +247,25 @@ def test_shared_batch_grids_change_no_candidate(monkeypatch):
     assert len(shared.candidates) == len(alone.candidates) > 0
     for a, b in zip(shared.candidates, alone.candidates, strict=True):
         assert a == b and a.tpot_s == b.tpot_s and a.ttft_s == b.ttft_s and a.output_tokens_per_s == b.output_tokens_per_s
+
+
+def test_enumeration_over_processes_gives_the_serial_candidates(monkeypatch):
+    # A large enumeration is shared out over forked processes by (model, lengths) group; the merged
+    # candidates must be exactly those of one process, in the same canonical order.
+    from planner.solver import solve as solve_module
+    from planner.solver.solve import prepare
+
+    raw = {"name": "forked", "models": {"a": "llama-3.1-70b", "b": "qwen3-30b-a3b"},
+           "cluster": {"racks": [{"type": "hgx-h100"}, {"type": "hgx-b200"}]},
+           "workloads": [{"name": f"w{i}", "model": "ab"[i % 2], "input_tokens": [1024, 2048][(i // 2) % 2],
+                          "output_tokens": 256, "tpot_limit_ms": [30, 50, 80][i % 3], "demand": {"output_tokens_per_s": 5000}}
+                         for i in range(6)]}
+    resolved = resolve_problem(parse_problem(raw))
+    serial, serial_analyses = prepare(resolved, workers=1)
+    monkeypatch.setattr(solve_module, "PARALLEL_MIN_ANALYSES", 2)
+    forked, forked_analyses = prepare(resolved, workers=2)
+    assert len(forked.candidates) == len(serial.candidates) > 0
+    for a, b in zip(forked.candidates, serial.candidates, strict=True):
+        assert a == b and a.tpot_s == b.tpot_s and a.ttft_s == b.ttft_s and a.output_tokens_per_s == b.output_tokens_per_s
+    assert forked_analyses.keys() == serial_analyses.keys()
+    assert all(forked_analyses[k].rejected == serial_analyses[k].rejected for k in serial_analyses)

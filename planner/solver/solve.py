@@ -8,8 +8,10 @@ Step 4 turns the chosen candidates into deployments with full estimates, and exp
 or, when nothing is feasible, explains why.
 """
 
+import multiprocessing
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from planner.model.expert_loads import synthetic_profile
@@ -131,37 +133,92 @@ class SolveResult:
                    if d.candidate.workload == workload and d.candidate.role is not ServingRole.PREFILL)
 
 
+# Enumeration runs in forked worker processes when the solve has several workers and at least this
+# many (workload, rack type) analyses to share out (below it, starting processes costs more than it
+# saves: a bundled problem enumerates in well under a second).
+PARALLEL_MIN_ANALYSES = 16
+_FORKED: tuple | None = None  # what forked enumeration workers read: (resolved, settings, imbalance, groups)
+
+
+def _analyse_group(index: int) -> list[tuple[tuple, RackAnalysis]]:
+    """One worker's share: the analyses of one (model, lengths) group, sharing batch-grid tables."""
+    resolved, settings, imbalance, groups = _FORKED
+    out = []
+    with shared_evaluations():
+        for key, w, rack, max_accelerators in groups[index]:
+            model = resolved.models[w.model_key]
+            out.append((key, analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings,
+                                          max_accelerators, imbalance[w.model_key])))
+    return out
+
+
+def _analyses_in_parallel(resolved: ResolvedProblem, settings: CandidateSettings, imbalance, jobs: list, workers: int) -> dict:
+    """The distinct analyses of `jobs` ((key, workload, rack, max accelerators)) over forked processes,
+    grouped by model and lengths so each group shares its tables; the same dict a serial run fills."""
+    global _FORKED
+    groups: dict[tuple, list] = {}
+    for job in jobs:
+        w = job[1]
+        groups.setdefault((w.model_key, w.input_tokens, w.output_tokens), []).append(job)
+    ordered = sorted(groups.values(), key=len, reverse=True)  # largest first, for an even share
+    _FORKED = (resolved, settings, imbalance, ordered)
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            return dict(pair for part in pool.map(_analyse_group, range(len(ordered))) for pair in part)
+    finally:
+        _FORKED = None
+
+
+def _distinct_analyses(resolved: ResolvedProblem, settings: CandidateSettings, imbalance, workers: int,
+                       progress: Callable[[str], None] | None) -> dict[tuple, RackAnalysis]:
+    """Every distinct (model, rack, fleet size, lengths, limits) analysis, serially or over processes."""
+    jobs, seen = [], set()
+    for w in resolved.workloads:
+        for rack, count in resolved.rack_counts:
+            max_accelerators = None if count is None else count * rack.n_accelerators
+            key = (w.model_key, rack.id, max_accelerators, w.input_tokens, w.output_tokens, w.tpot_limit_s, w.ttft_limit_s)
+            if key not in seen:
+                seen.add(key)
+                jobs.append((key, w, rack, max_accelerators))
+    if workers > 1 and len(jobs) >= PARALLEL_MIN_ANALYSES and "fork" in multiprocessing.get_all_start_methods():
+        if progress:
+            progress(f"{len(jobs)} analyses over {workers} processes")
+        return _analyses_in_parallel(resolved, settings, imbalance, jobs, workers)
+    shared = {}
+    with shared_evaluations():  # workloads of one model and lengths share their batch-grid tables
+        for key, w, rack, max_accelerators in jobs:
+            if progress:
+                progress(f"{w.name} on {rack.id}")
+            model = resolved.models[w.model_key]
+            shared[key] = analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings, max_accelerators,
+                                       imbalance[w.model_key])
+    return shared
+
+
 def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
             progress: Callable[[str], None] | None = None,
-            imbalance: dict[str, Callable[[int], float]] | None = None) -> tuple[PlanningData, dict[tuple[str, str], RackAnalysis]]:
+            imbalance: dict[str, Callable[[int], float]] | None = None, workers: int = 1) -> tuple[PlanningData, dict[tuple[str, str], RackAnalysis]]:
     """Step 1: candidates for every workload on every rack type, pruned, in canonical order.
     `imbalance` (model key -> expert imbalance by EP width) reuses the expert placements of an
-    earlier call on the same models (sweeps)."""
+    earlier call on the same models (sweeps). `workers` > 1 spreads a large enumeration over forked
+    processes; the candidates are the same as a serial run's."""
     problem = resolved.problem
     ladder = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
     settings = CandidateSettings(problem.solver.overlap, problem.solver.prefill_chunk_tokens, problem.solver.max_batch_per_replica,
                                  problem.cluster.allow_spanning_domains, ladder, problem.placement.redundant_experts_per_rank,
                                  problem.engine, problem.solver.step_model, problem.solver.confidence)
     imbalance = imbalance if imbalance is not None else expert_imbalance_functions(resolved)
+    shared = _distinct_analyses(resolved, settings, imbalance, workers, progress)
     analyses: dict[tuple[str, str], RackAnalysis] = {}
-    shared: dict[tuple, RackAnalysis] = {}
     candidates: list[Candidate] = []
-    with shared_evaluations():  # workloads of one model and lengths share their batch-grid tables
-        for w in resolved.workloads:
-            model = resolved.models[w.model_key]
-            for rack, count in resolved.rack_counts:
-                if progress:
-                    progress(f"{w.name} on {rack.id}")
-                max_accelerators = None if count is None else count * rack.n_accelerators
-                key = (w.model_key, rack.id, max_accelerators, w.input_tokens, w.output_tokens, w.tpot_limit_s, w.ttft_limit_s)
-                if key not in shared:
-                    shared[key] = analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings, max_accelerators,
-                                               imbalance[w.model_key])
-                base = shared[key]
-                analysis = RackAnalysis(**{**base.__dict__, "workload": w.name,
-                                           "candidates": [_for_workload(c, w.name) for c in base.candidates]})
-                analyses[(w.name, rack.id)] = analysis
-                candidates.extend(pareto_prune(analysis.candidates, use_latency=ladder))
+    for w in resolved.workloads:
+        for rack, count in resolved.rack_counts:
+            max_accelerators = None if count is None else count * rack.n_accelerators
+            base = shared[(w.model_key, rack.id, max_accelerators, w.input_tokens, w.output_tokens, w.tpot_limit_s, w.ttft_limit_s)]
+            analysis = RackAnalysis(**{**base.__dict__, "workload": w.name,
+                                       "candidates": [_for_workload(c, w.name) for c in base.candidates]})
+            analyses[(w.name, rack.id)] = analysis
+            candidates.extend(pareto_prune(analysis.candidates, use_latency=ladder))
     candidates.sort(key=lambda c: (c.workload, c.sort_key()))
     pools = {rack.id: RackPool(rack.id, rack.n_accelerators, count, tuple(resolved.unavailable.get(rack.id, {}).values()))
              for rack, count in resolved.rack_counts}
@@ -244,7 +301,7 @@ def solve(resolved: ResolvedProblem, *, time_limit_s: float | None = None, seed:
     seed = options.seed if seed is None else seed
     workers = options.workers if workers is None else workers
     start = time.perf_counter()
-    data, analyses = prepare(resolved, progress=progress)
+    data, analyses = prepare(resolved, progress=progress, workers=workers)
     raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers,
                      relative_gap_limit=options.relative_gap_limit) if data.candidates else \
         RawSolution("INFEASIBLE", {}, None, None, None, None, 0.0, "", 0, 0)
