@@ -111,6 +111,7 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         overheads=hardware.overheads, overlap=OverlapPolicy(args.overlap), prefill_chunk_tokens=args.prefill_chunk or DEFAULT_PREFILL_CHUNK_TOKENS, notes=notes,
         role=ServingRole(args.role), prefix_cache=cache, engine=Engine(args.engine or d.engine), step_model=StepModel(args.step_model),
         redundant_experts=args.redundant_experts if layout.ep > 1 else 0, expert_imbalance=args.expert_imbalance,
+        expert_routing=args.expert_routing or ("balanced" if args.expert_imbalance > 1.0 else None),
     )
 
 

@@ -83,6 +83,8 @@ def _add_estimate(sub: argparse._SubParsersAction) -> None:
                    help="extra expert slots over the expert-parallel group (hot-expert copies), e.g. 32 for 256 experts on EP72")
     p.add_argument("--expert-imbalance", type=bounded(float, 1.0, 1024.0), default=1.0,
                    help="the hottest expert-parallel rank's load over the mean (1.0: even; `planner solve` measures it from the placement)")
+    p.add_argument("--expert-routing", choices=("balanced", "power_law_1.01", "power_law_1.2"), default=None,
+                   help="tokens-per-expert skew of the measured expert kernels (default: the model's; balanced when --expert-imbalance is given)")
     p.add_argument("--isl", type=bounded(int, 1, MAX_INPUT_TOKENS), help="input (prompt) tokens per request (default 2048, or the problem's)")
     p.add_argument("--osl", type=bounded(int, 1, MAX_OUTPUT_TOKENS), help="output tokens per request (default 256, or the problem's)")
     precisions = [p.value for p in Precision]

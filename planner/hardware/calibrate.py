@@ -185,17 +185,22 @@ def _gemm(ctx: _Context) -> tuple[dict, set[str]]:
     return {"gemm": fits}, versions
 
 
-def _gated_balanced(rows: pd.DataFrame) -> pd.DataFrame:
-    gated = ~rows["kernel_source"].astype(str).str.contains("nongated")
-    return rows[(rows["distribution"] == "balanced") & gated]
+# Routing skews of the measured MoE tables besides "balanced": aiconfigurator's collector draws
+# tokens-per-expert from a power law of exponent alpha and puts the most loaded expert-parallel rank
+# on the measured GPU (collector/helper.py, _generate_power_law_distribution).
+MOE_ROUTINGS = ("power_law_1.01", "power_law_1.2")
+
+
+def _gated(distribution: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    return lambda rows: rows[(rows["distribution"] == distribution) & ~rows["kernel_source"].astype(str).str.contains("nongated")]
 
 
 MOE_KEYS = ["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
 
 
-def _moe(ctx: _Context) -> tuple[dict, set[str]]:
+def _moe_fits(ctx: _Context, distribution: str) -> tuple[dict, set[str]]:
     fits, versions = {}, set()
-    found = ctx.tables.newest_by_format("moe", ctx.engine, "moe_perf.parquet", "moe_dtype", _gated_balanced)
+    found = ctx.tables.newest_by_format("moe", ctx.engine, "moe_perf.parquet", "moe_dtype", _gated(distribution))
     for table_fmt, (key, flops_fmt, precision) in MOE_FORMATS.items():
         if table_fmt not in found or flops_fmt not in ctx.accel.dense_flops_per_s or ctx.suspect("moe", key):
             continue
@@ -207,7 +212,19 @@ def _moe(ctx: _Context) -> tuple[dict, set[str]]:
                             ctx.accel.dense_flops_per_s[flops_fmt], ctx.accel.hbm_bandwidth_bytes_per_s,
                             bytes_per_value(precision))
         versions.add(version)
-    return {"moe": fits}, versions
+    return fits, versions
+
+
+def _moe(ctx: _Context) -> tuple[dict, set[str]]:
+    """Grouped expert GEMMs under balanced routing (`moe`) and under each measured skew (`moe_routing`)."""
+    fits, versions = _moe_fits(ctx, "balanced")
+    routed = {}
+    for distribution in MOE_ROUTINGS:
+        skewed, used = _moe_fits(ctx, distribution)
+        if skewed:
+            routed[distribution] = skewed
+            versions |= used
+    return {"moe": fits, "moe_routing": routed}, versions
 
 
 def _kv_groups(ctx: _Context, kernel_class: str, rows: pd.DataFrame) -> Iterable[tuple[str, Precision, pd.DataFrame]]:

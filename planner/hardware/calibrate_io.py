@@ -24,6 +24,9 @@ KERNELS_HEADER = """\
 #   gemm:              t = t0 + max(2MNK / (F eta_max M/(M + m_half)), (N K b_w + M K b_a + 2 M N) / (BW eta_m)); shapes with min(N, K) >= 1024
 #   moe:               the gemm form with M = T topk / E tokens per expert, FLOPs = 2 x 3 T topk H I / (tp ep),
 #                      bytes = min(E, T topk) / ep x 3 H I / tp x b_w (gated experts, balanced routing, T = tokens entering the layer)
+#   moe_routing:       the same form fitted to the tables measured under a skewed router (power_law_<alpha>: tokens per
+#                      expert drawn from a power law, the most loaded expert-parallel rank measured); eta_m can pass 1
+#                      there, because a skewed router touches fewer experts than the uniform-touch bytes count
 #   attention_decode:  t = t0 + kv_bytes / (BW eta_kv) + c x batch x heads; kv_bytes = batch x len x 2 x kv_heads x head_dim x b_kv
 #   attention_prefill: t = t0 + 2 b n h s^2 / (F_bf16 eta_max s/(s + s_half)) (bf16 fmha, causal; keyed by KV format)
 #   mla_decode:        t = t0 + batch x len x 576 x b_kv / (BW eta_kv)

@@ -99,7 +99,8 @@ class KernelRates:
     engine: Engine
     source: str
     gemm: dict[str, Ramp] = field(default_factory=dict)  # by GEMM format: bf16, fp8, fp8_block, fp4
-    moe: dict[str, Ramp] = field(default_factory=dict)  # by expert-weight format
+    moe: dict[str, Ramp] = field(default_factory=dict)  # by expert-weight format, balanced routing
+    moe_routing: dict[str, dict[str, Ramp]] = field(default_factory=dict)  # skewed routing (power_law_1.01, ...) -> by format
     attention_decode: dict[str, DecodeAttention] = field(default_factory=dict)  # by KV format
     attention_prefill: dict[str, PrefillAttention] = field(default_factory=dict)
     mla_decode: dict[str, DecodeAttention] = field(default_factory=dict)
@@ -115,8 +116,10 @@ class KernelRates:
     def gemm_curve(self, fmt: str) -> Ramp:
         return _first(self.gemm, fmt, ("fp8", "bf16"))
 
-    def moe_curve(self, fmt: str) -> Ramp:
-        return _first(self.moe, fmt, ("fp8_block", "fp8", "bf16", "fp4", "mxfp4")) if self.moe else self.gemm_curve(fmt)
+    def moe_curve(self, fmt: str, routing: str = "balanced") -> Ramp:
+        """Grouped expert GEMM of `fmt` measured under `routing` (balanced when that skew was not measured)."""
+        table = self.moe_routing.get(routing) or self.moe
+        return _first(table, fmt, ("fp8_block", "fp8", "bf16", "fp4", "mxfp4")) if table else self.gemm_curve(fmt)
 
     def decode_attention_curve(self, kv_fmt: str, mla: bool) -> DecodeAttention:
         table = (self.mla_decode or self.attention_decode) if mla else self.attention_decode
@@ -186,6 +189,7 @@ class _EngineSpec(EdgeModel):
     versions: dict[str, str] = {}
     gemm: dict[str, _RampSpec] = {}
     moe: dict[str, _RampSpec] = {}
+    moe_routing: dict[str, dict[str, _RampSpec]] = {}
     attention_decode: dict[str, _DecodeSpec] = {}
     attention_prefill: dict[str, _PrefillSpec] = {}
     mla_decode: dict[str, _DecodeSpec] = {}
@@ -228,6 +232,8 @@ def _engine_rates(accel: str, engine: Engine, spec: _EngineSpec, nccl: dict, sou
         accelerator=accel, engine=engine, source=source,
         gemm={k: Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r)) for k, r in spec.gemm.items()},
         moe={k: Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r)) for k, r in spec.moe.items()},
+        moe_routing={d: {k: Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r)) for k, r in fits.items()}
+                     for d, fits in spec.moe_routing.items()},
         attention_decode={k: DecodeAttention(a.t0_s, a.eta_kv, a.c_s, _spread(a)) for k, a in spec.attention_decode.items()},
         attention_prefill={k: PrefillAttention(a.t0_s, a.eta_max, a.s_half, _spread(a)) for k, a in spec.attention_prefill.items()},
         mla_decode={k: DecodeAttention(a.t0_s, a.eta_kv, a.c_s, _spread(a)) for k, a in spec.mla_decode.items()},
@@ -252,6 +258,7 @@ def _derive(rates: KernelRates, d: _Derivation) -> KernelRates:
         rates, accelerator=d.accelerator, derived_from=d.reference,
         source=f"derived from {d.reference} ({rates.source}): {d.basis}",
         gemm={k: ramp(r) for k, r in rates.gemm.items()}, moe={k: ramp(r) for k, r in rates.moe.items()},
+        moe_routing={d: {k: ramp(r) for k, r in fits.items()} for d, fits in rates.moe_routing.items()},
         attention_decode=widen(rates.attention_decode), attention_prefill=widen(rates.attention_prefill),
         mla_decode=widen(rates.mla_decode), mla_prefill=widen(rates.mla_prefill), all_reduce=widen(rates.all_reduce),
         all_to_all={m: widen(p) for m, p in rates.all_to_all.items()},

@@ -66,6 +66,7 @@ class MoE:
     shared_expert_intermediate_size: int = 0
     expert_bias: bool = False  # biases on expert projections (gpt-oss)
     router_bias: bool = False
+    routing: str = "power_law_1.2"  # routing skew the calibrated expert kernels assume (see MoESpec.routing)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,10 @@ class MoESpec(EdgeModel):
     moe_every: PositiveInt = Field(default=1, description="1 = every layer after the dense ones is MoE; 2 = every other")
     expert_bias: bool = Field(default=False, description="biases on expert projections")
     router_bias: bool = Field(default=False, description="bias on the router")
+    routing: Literal["balanced", "power_law_1.01", "power_law_1.2"] = Field(
+        default="power_law_1.2",
+        description="tokens-per-expert skew of the measured grouped-GEMM tables the calibrated step uses when no expert-load "
+                    "profile is given (aiconfigurator's defaults: power_law_1.01 for DeepSeek-family and Llama 4, 1.2 otherwise)")
 
     @model_validator(mode="after")
     def _top_k(self) -> "MoESpec":
@@ -185,6 +189,7 @@ def arch_from_spec(spec: ModelSpec) -> ModelArch:
             shared_expert_intermediate_size=m.shared_expert_intermediate_size or m.expert_intermediate_size,
             expert_bias=m.expert_bias,
             router_bias=m.router_bias,
+            routing=m.routing,
         )
     published = None
     if spec.published is not None:

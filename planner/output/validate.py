@@ -86,7 +86,8 @@ def _inputs(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]
         out.append(Violation(f"{where}.role", f"{role} replicas, but workload {w.name} is served '{w.serving}'"))
     return DeploymentInputs(model.arch, rack, layout, int(d["batch_per_replica"]), w.input_tokens, w.output_tokens,
                             precisions, resolved.hardware.overheads, options.overlap, options.prefill_chunk_tokens, (),
-                            imbalance, redundant, role, _cache(w, d, rack, where, out), resolved.problem.engine, options.step_model)
+                            imbalance, redundant, role, _cache(w, d, rack, where, out), resolved.problem.engine, options.step_model,
+                            expert_routing="balanced" if model.expert_loads is not None else None)  # as the solver evaluates it
 
 
 def _expert_figures(resolved: ResolvedProblem, model, layout: Layout, emap: dict | None, where: str,

@@ -200,7 +200,10 @@ def _assumptions(inp: DeploymentInputs, t: BatchTable, links: ReplicaLinks) -> t
     if inp.arch.is_moe:
         notes.append(f"a decode step touches {touch:.1%} of each MoE layer's experts (1-(1-k/E)^b, routing independent per token)")
         notes.append(f"expert load: the hottest expert-parallel rank carries {inp.expert_imbalance:.3f}x the mean"
-                     + (f"; {inp.redundant_experts_per_rank} redundant expert copies per rank" if inp.redundant_experts_per_rank else ""))
+                     + (f"; {inp.redundant_experts_per_rank} redundant expert copies per rank" if inp.redundant_experts_per_rank else "")
+                     + ("" if inp.step_model is StepModel.ROOFLINE else
+                        f"; expert kernels at {inp.routing.replace('_', ' ')} routing (their measured tables' skew"
+                        + (", the model's default" if inp.expert_routing is None else "") + ")"))
     return tuple(notes)
 
 

@@ -47,6 +47,14 @@ class DeploymentInputs:
     engine: Engine = Engine.TRTLLM  # whose kernels and scheduler the calibrated step model follows
     step_model: StepModel = StepModel.CALIBRATED
     redundant_experts: int = 0  # extra expert slots over the whole EP group (SGLang's --ep-num-redundant-experts), instead of per rank
+    expert_routing: str | None = None  # grouped-GEMM table's routing skew; None: the model's (balanced when an imbalance is measured)
+
+    @property
+    def routing(self) -> str:
+        """The tokens-per-expert skew the calibrated expert kernels assume: the one given, else the model's."""
+        if self.expert_routing is not None or not self.arch.is_moe:
+            return self.expert_routing or "balanced"
+        return self.arch.moe.routing
 
     @property
     def prefilled_tokens(self) -> float:

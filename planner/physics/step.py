@@ -237,7 +237,7 @@ def _gemm_classes(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.nd
     if arch.is_moe:
         flops = matmul_flops(st.routed_active_params, tokens_stage) / lay.stage_size * inp.expert_imbalance
         per_expert = tokens_stage * arch.moe.experts_per_token / arch.moe.n_routed_experts
-        classes.append(ramp_kernel(rates.moe_curve(_expert_format(ctx)), flops, _expert_weight_bytes(ctx, touch), per_expert,
+        classes.append(ramp_kernel(rates.moe_curve(_expert_format(ctx), inp.routing), flops, _expert_weight_bytes(ctx, touch), per_expert,
                                    st.n_moe_layers, _peak(ctx, fmt), bw))
     return classes, touch
 

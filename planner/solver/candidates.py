@@ -306,10 +306,10 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
 
 def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType, workload: ResolvedWorkload,
                  overheads: Overheads, settings: CandidateSettings, max_accelerators: int | None,
-                 expert_imbalance: Callable[[int], float] = lambda ep: 1.0) -> RackAnalysis:
+                 expert_imbalance: Callable[[int], float] = lambda ep: 1.0, expert_routing: str | None = None) -> RackAnalysis:
     """All candidates for `workload` on `rack` in each serving role the workload allows, and the
     reasons other layouts were rejected. `expert_imbalance(ep)` is the hottest rank's expert load
-    over the mean for `ep` ranks."""
+    over the mean for `ep` ranks; `expert_routing` the skew of the expert kernels (None: the model's)."""
     precisions, notes = resolve_precisions(precision_spec, arch, rack.accelerator)
     analysis = RackAnalysis(workload.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes)
     max_stage = rack.n_accelerators if not settings.allow_spanning_domains else max(rack.n_accelerators, max_accelerators or 1024)
@@ -325,7 +325,7 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
                                 precisions, overheads, settings.overlap, settings.prefill_chunk_tokens, notes,
                                 expert_imbalance(layout.ep) if spread else 1.0,
                                 settings.redundant_experts_per_rank if spread else 0, engine=settings.engine,
-                                step_model=settings.step_model)
+                                step_model=settings.step_model, expert_routing=expert_routing)
         links = default_replica_links(rack, layout, overheads.collective_latency_s)
         spans = links.tp.spans_domains or links.stage.spans_domains  # pipeline stages may sit in different racks
         handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),

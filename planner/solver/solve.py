@@ -140,6 +140,12 @@ PARALLEL_MIN_ANALYSES = 16
 _FORKED: tuple | None = None  # what forked enumeration workers read: (resolved, settings, imbalance, groups)
 
 
+def _routing(model: ResolvedModel) -> str | None:
+    """With an expert-load profile the placement measures the imbalance, so the expert kernels run at
+    balanced routing; without one, at the model's routing skew."""
+    return "balanced" if model.expert_loads is not None else None
+
+
 def _analyse_group(index: int) -> list[tuple[tuple, RackAnalysis]]:
     """One worker's share: the analyses of one (model, lengths) group, sharing batch-grid tables."""
     resolved, settings, imbalance, groups = _FORKED
@@ -148,7 +154,7 @@ def _analyse_group(index: int) -> list[tuple[tuple, RackAnalysis]]:
         for key, w, rack, max_accelerators in groups[index]:
             model = resolved.models[w.model_key]
             out.append((key, analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings,
-                                          max_accelerators, imbalance[w.model_key])))
+                                          max_accelerators, imbalance[w.model_key], _routing(model))))
     return out
 
 
@@ -191,7 +197,7 @@ def _distinct_analyses(resolved: ResolvedProblem, settings: CandidateSettings, i
                 progress(f"{w.name} on {rack.id}")
             model = resolved.models[w.model_key]
             shared[key] = analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings, max_accelerators,
-                                       imbalance[w.model_key])
+                                       imbalance[w.model_key], _routing(model))
     return shared
 
 
