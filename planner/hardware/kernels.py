@@ -269,7 +269,7 @@ def _parse(model, path: Path):
     from pydantic import ValidationError
 
     try:
-        return model.model_validate(load_yaml_file(path))
+        return model.model_validate(load_yaml_file(path, catalog=True))
     except ValidationError as exc:
         raise PlannerInputError(issues_from_validation_error(exc, str(path))) from None
 
