@@ -16,6 +16,7 @@ DEEPSEEK_V3 = {
     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 18432,
     "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
     "first_k_dense_replace": 3, "moe_layer_freq": 1, "max_position_embeddings": 163840, "tie_word_embeddings": False,
+    "n_group": 8, "topk_group": 4,
     "quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}, "torch_dtype": "bfloat16",
 }
 QWEN3_30B_A3B = {

@@ -135,3 +135,20 @@ def test_causal_attention_pairs():
     assert causal_attention_pairs(4, float("inf")) == 10  # 1 + 2 + 3 + 4
     assert causal_attention_pairs(4, 2) == 7  # 1 + 2 + 2 + 2
     assert causal_attention_pairs(1000, 128) == pytest.approx(128 * 129 / 2 + 872 * 128)
+
+
+def test_domains_a_token_is_sent_to_under_group_limited_routing():
+    from planner.physics.roofline import domains_per_token
+
+    # uniform routing of 8 experts over 4 domains: 4 (1 - (3/4)^8) = 3.5995
+    assert domains_per_token(8, 4) == pytest.approx(4 * (1 - 0.75 ** 8))
+    # DeepSeek-V3 (8 groups, 4 per token) with one group per node on 8 nodes: exactly the 4 chosen nodes
+    assert domains_per_token(8, 8, 8, 4) == pytest.approx(4.0)
+    # two groups per node on 4 nodes: a node is missed when none of its 2 groups is among the 4 chosen,
+    # C(6, 4) / C(8, 4) = 15/70, so 4 x 55/70 domains
+    assert domains_per_token(8, 4, 8, 4) == pytest.approx(4 * 55 / 70)
+    # each group over 2 of 16 nodes: the token's experts fall uniformly on the 8 nodes of its 4 groups
+    assert domains_per_token(8, 16, 8, 4) == pytest.approx(8 * (1 - (7 / 8) ** 8))
+    assert domains_per_token(8, 1, 8, 4) == 1.0
+    # Kimi K2 routes without groups (n_group 1): uniform
+    assert domains_per_token(8, 8, 1, 1) == pytest.approx(8 * (1 - (7 / 8) ** 8))

@@ -67,6 +67,8 @@ class MoE:
     expert_bias: bool = False  # biases on expert projections (gpt-oss)
     router_bias: bool = False
     routing: str = "power_law_1.2"  # routing skew the calibrated expert kernels assume (see MoESpec.routing)
+    expert_groups: int = 1  # the router first picks groups_per_token of these groups (DeepSeek-V3: 8 / 4)
+    groups_per_token: int = 1
 
 
 @dataclass(frozen=True)

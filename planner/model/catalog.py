@@ -77,6 +77,9 @@ class MoESpec(EdgeModel):
     moe_every: PositiveInt = Field(default=1, description="1 = every layer after the dense ones is MoE; 2 = every other")
     expert_bias: bool = Field(default=False, description="biases on expert projections")
     router_bias: bool = Field(default=False, description="bias on the router")
+    expert_groups: PositiveInt = Field(default=1, description="groups the router picks from before choosing experts (config n_group)")
+    groups_per_token: PositiveInt = Field(default=1, description="groups a token's experts may come from (config topk_group); "
+                                          "with whole groups per node it caps the nodes a token is sent to")
     routing: Literal["balanced", "power_law_1.01", "power_law_1.2"] = Field(
         default="power_law_1.2",
         description="tokens-per-expert skew of the measured grouped-GEMM tables the calibrated step uses when no expert-load "
@@ -89,6 +92,9 @@ class MoESpec(EdgeModel):
                 f"experts_per_token {self.experts_per_token} exceeds n_routed_experts {self.n_routed_experts}"
                 "\n    fix: top-k cannot exceed the number of experts"
             )
+        if self.n_routed_experts % self.expert_groups or self.groups_per_token > self.expert_groups:
+            raise ValueError(f"{self.expert_groups} expert groups with {self.groups_per_token} per token do not fit "
+                             f"{self.n_routed_experts} experts\n    fix: expert_groups must divide n_routed_experts and be >= groups_per_token")
         return self
 
 
@@ -190,6 +196,8 @@ def arch_from_spec(spec: ModelSpec) -> ModelArch:
             expert_bias=m.expert_bias,
             router_bias=m.router_bias,
             routing=m.routing,
+            expert_groups=m.expert_groups,
+            groups_per_token=m.groups_per_token,
         )
     published = None
     if spec.published is not None:

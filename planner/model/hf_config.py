@@ -82,6 +82,8 @@ def _moe(cfg: dict, model_type: str, path: str) -> tuple[dict | None, int | None
         "moe_every": cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step") or cfg.get("interleave_moe_layer_step") or 1,
         "expert_bias": model_type == "gpt_oss",
         "router_bias": model_type == "gpt_oss",
+        "expert_groups": cfg.get("n_group") or 1,  # DeepSeek's group-limited routing (n_group, topk_group)
+        "groups_per_token": cfg.get("topk_group") or 1,
         # aiconfigurator-core's routing-skew defaults: 1.01 for DeepSeek-family and Llama 4, 1.2 for other MoE
         "routing": "power_law_1.01" if model_type.startswith(("deepseek", "kimi", "llama4")) else "power_law_1.2",
     }

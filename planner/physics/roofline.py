@@ -5,6 +5,7 @@ The combination rule lives in one place, `StepTime.total_s`. Closed forms of the
 summarise, so that tests can check the composed roofline against them.
 """
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -19,6 +20,7 @@ __all__ = [
     "causal_attention_pairs",
     "compute_time_s",
     "critical_batch_size",
+    "domains_per_token",
     "expert_touch_fraction",
     "hbm_drain_time_s",
     "kv_compute_crossover_context_tokens",
@@ -145,6 +147,24 @@ def all_to_all_time_s(
     crossing_bytes = half * (n_members - half) * bytes_per_member / (n_members - 1)
     bisection_s = crossing_bytes / bisection_bytes_per_s
     return np.maximum(injection_s, bisection_s) + latency_s
+
+
+def domains_per_token(experts_per_token: int, domains: int, expert_groups: int = 1, groups_per_token: int = 1) -> float:
+    """Expected scale-up domains holding at least one of a token's experts, the experts spread evenly
+    over `domains` and routed uniformly: d (1 - (1 - 1/d)^k). With group-limited routing (DeepSeek-V3
+    picks groups_per_token of expert_groups groups, then its experts inside them) and whole groups per
+    domain, only the domains of the chosen groups can be hit: d (1 - C(G - G/d, m) / C(G, m)), at most m;
+    with each group over d/G whole domains, the token's experts spread over the m d/G domains of its groups."""
+    if domains <= 1:
+        return 1.0
+    limited = 1 < expert_groups and groups_per_token < expert_groups
+    if limited and expert_groups % domains == 0:
+        missed = math.comb(expert_groups - expert_groups // domains, groups_per_token) / math.comb(expert_groups, groups_per_token)
+        return domains * (1.0 - missed)
+    if limited and domains % expert_groups == 0:
+        reachable = groups_per_token * domains // expert_groups
+        return reachable * (1.0 - (1.0 - 1.0 / reachable) ** experts_per_token)
+    return domains * (1.0 - (1.0 - 1.0 / domains) ** experts_per_token)
 
 
 def point_to_point_time_s(message_bytes: float | np.ndarray, bandwidth_bytes_per_s: float, latency_s: float) -> float | np.ndarray:

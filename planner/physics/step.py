@@ -45,6 +45,7 @@ from planner.physics.roofline import (
     all_to_all_time_s,
     causal_attention_pairs,
     compute_time_s,
+    domains_per_token,
     expert_touch_fraction,
     matmul_flops,
     memory_time_s,
@@ -262,16 +263,15 @@ def _stage_domains(ctx: StepContext) -> int:
 
 
 def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tuple[np.ndarray, Spread]:
-    """Dispatch and combine of every MoE layer of a stage, with the engine's all-to-all kernels:
-    each token's copies to its experts' ranks; copies bound for another scale-up domain cross the
-    NICs (in 'normal' mode once per destination domain, as DeepEP forwards inside the node)."""
+    """Dispatch and combine of every MoE layer of a stage with the engine's all-to-all kernels: copies for another domain
+    cross the NICs ('normal' mode: once per domain hit, DeepEP forwards in the node; group-limited routing caps the domains)."""
     inp, rates = ctx.inp, ctx.rates
     arch, lay = inp.arch, inp.layout
     copies = arch.moe.experts_per_token if lay.ep > 1 else 1
     domains = _stage_domains(ctx)
     remote = copies * (domains - 1) / domains
     if mode == "normal" and domains > 1:  # one copy per remote domain hit
-        remote = (domains - 1) * (1 - (1 - 1 / domains) ** copies)
+        remote = domains_per_token(copies, domains, arch.moe.expert_groups, arch.moe.groups_per_token) * (domains - 1) / domains
     local = copies * (lay.stage_size - 1) / lay.stage_size - copies * (domains - 1) / domains
     dispatch_bytes = arch.hidden_size * (1.0 if inp.engine in FP8_DISPATCH_ENGINES and inp.precisions.compute != "bf16"
                                          else inp.precisions.activation_bytes)
