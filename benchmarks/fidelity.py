@@ -16,7 +16,7 @@ An empty `planner_batch` means the largest batch that fits (exit code 3 = does n
 `planner_batch_cap`. Where the JSON has `<field>_range` = [low, high], the prediction is also
 computed at both ends and the benchmark reports whether that range covers the measurement.
 
-Usage: python benchmarks/fidelity.py [--quick] [--published CSV] [--json OUT] [--csv OUT] [--jobs N] [--subprocess]
+Usage: python benchmarks/fidelity.py [--quick] [--published CSV] [--ids A,B] [--json OUT] [--csv OUT] [--jobs N] [--subprocess]
 Exit code 0 unless the benchmark itself fails.
 """
 
@@ -306,8 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", metavar="OUT", help="write one CSV line per row")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="rows evaluated in parallel")
     parser.add_argument("--subprocess", action="store_true", help="one `python -m planner` process per planner call (slower)")
+    parser.add_argument("--ids", help="only these comma-separated row ids")
     args = parser.parse_args(argv)
-    rows = load_rows(Path(args.published), QUICK_IDS if args.quick else None)
+    ids = tuple(args.ids.split(",")) if args.ids else QUICK_IDS if args.quick else None
+    rows = load_rows(Path(args.published), ids)
     global SUBPROCESS
     SUBPROCESS = args.subprocess
     executor = ThreadPoolExecutor if args.subprocess else ProcessPoolExecutor

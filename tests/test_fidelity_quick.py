@@ -42,3 +42,15 @@ def test_range_fields_are_read_when_present():
     fidelity._compare(out, row, record)
     assert out["range"] == [80.0, 130.0] and out["range_covers"] is True
     assert fidelity.predicted(row, {"accelerators": 2, "output_tokens_per_s_per_accelerator": 1.0}, "low") is None
+
+
+def test_held_out_perf_overview_rows_map_onto_the_planner(tmp_path):
+    # one dense, one expert-parallel and one gpt-oss row of the held-out set evaluate without error
+    out_json = tmp_path / "held_out.json"
+    ids = "PO-llama-33-70b-H200-1024-1024,PO-deepseek-r1-B200-1024-1024,PO-gpt-oss-120b-H100-8192-1024"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--published", str(ROOT / "benchmarks" / "published_perf_overview.csv"),
+                           "--ids", ids, "--json", str(out_json)], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out_json.read_text())["rows"]
+    assert sorted(r["id"] for r in rows) == sorted(ids.split(","))  # in file order
+    assert all(r["error"] is None and r["predicted"] > 0 and r["batch"] > 0 for r in rows)
