@@ -8,7 +8,7 @@ from functools import cache, reduce
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from planner.cli.main import main
@@ -22,7 +22,9 @@ from planner.placement.experts import (
     max_overlap_assignment,
     place_experts,
 )
+from planner.placement.local_search import pack
 from planner.placement.packing import PlacementFailed, RackSlots, StageItem, place
+from planner.placement.replicas import capped_counts
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import load_problem, parse_problem
 from planner.solver.solve import solve
@@ -154,6 +156,101 @@ def test_expert_placement_beats_the_eplb_baseline_on_skewed_loads(models, model,
     _assert_valid(baseline, loads, arch.moe.n_routed_experts)
     assert all(a.max_load <= b.max_load + 1e-12 for a, b in zip(ours.layers, baseline.layers, strict=True))
     assert ours.worst_gap_to_bound < 0.01  # docs/cpsat.md section 6: greedy + swap within 0.4% of the bound
+
+
+def brute_force_over_counts(loads: list[float], n_ranks: int, slots: int) -> dict[tuple[int, ...], float]:
+    """For every replica count vector (1..n_ranks copies each, all slots used), the smallest max rank
+    load over all placements: each expert's copies on a set of distinct ranks, `slots` per rank."""
+    out = {}
+    for copies in itertools.product(range(1, n_ranks + 1), repeat=len(loads)):
+        if sum(copies) != n_ranks * slots:
+            continue
+        best = float("inf")
+        for choice in itertools.product(*(itertools.combinations(range(n_ranks), c) for c in copies)):
+            count, load = [0] * n_ranks, [0.0] * n_ranks
+            for e, ranks in enumerate(choice):
+                for r in ranks:
+                    count[r] += 1
+                    load[r] += loads[e] / copies[e]
+            if max(count) <= slots:
+                best = min(best, max(load))
+        out[copies] = best
+    return out
+
+
+@pytest.mark.parametrize("s", [1.7, 1.8])
+def test_replica_counts_reach_the_optimum_over_all_counts_on_a_small_zipf_layer(s):
+    # 6 experts on 3 ranks of 3 slots, loads 1/k^s. EPLB's counts (3, 2, 1, 1, 1, 1) give the hottest
+    # expert a copy on every rank; the optimum gives it two and splits the two coldest experts into fillers.
+    loads = [1 / k**s for k in range(1, 7)]
+    optimum = brute_force_over_counts(loads, 3, 3)
+    best = min(optimum.values())
+    assert min(optimum, key=optimum.get) == (2, 1, 1, 1, 2, 2)
+    assert best < optimum[(3, 2, 1, 1, 1, 1)] * (1 - 0.01)  # EPLB's counts cannot get within 1% of it
+    (layer,) = place_experts(_Arch(6), np.array([loads]), 3, 1).layers
+    (eplb,) = eplb_baseline(_Arch(6), np.array([loads]), 3, 1).layers
+    assert eplb.copies == (3, 2, 1, 1, 1, 1)
+    assert layer.max_load == pytest.approx(best, rel=1e-9)
+
+
+def test_capped_counts_give_the_spare_slots_to_the_coldest_experts():
+    loads = np.array([8.0, 4.0, 2.0, 1.0, 0.5, 0.5])  # 3 ranks x 3 slots, mean rank load 16/3
+    # cap 5: ceil(8/5) = 2 copies, the rest one each, 7 in all; two spare slots to experts 4 and 5
+    assert capped_counts(loads, 5.0, 9, 3).tolist() == [2, 1, 1, 1, 2, 2]
+    assert capped_counts(loads, 3.0, 9, 3).tolist() == [3, 2, 1, 1, 1, 1]  # 3 + 2 + 1 + 1 + 1 + 1 = 9
+    assert capped_counts(loads, 2.0, 9, 3).tolist() == [3, 2, 1, 1, 1, 1]  # ceil(8/2) = 4 capped at 3 ranks
+    assert capped_counts(loads, 1.9, 9, 3) is None  # 3 + 3 + 2 + 1 + 1 + 1 = 11 copies for 9 slots
+
+
+def test_zipf_loads_come_within_two_percent_of_the_mean():
+    # Zipf 1.4 over 128 experts on 32 ranks: the hottest expert carries ~36% of the load (~11.5 mean rank
+    # loads); EPLB's counts put two copies near the mean rank load on some rank
+    rng = np.random.default_rng(0)
+    base = 1 / np.arange(1, 129) ** 1.4
+    loads = np.stack([rng.permutation(base) for _ in range(3)])
+    ours = place_experts(_Arch(128, 3), loads, 32, 1)
+    baseline = eplb_baseline(_Arch(128, 3), loads, 32, 1)
+    _assert_valid(ours, loads, 128)
+    assert baseline.imbalance > 1.2
+    assert all(layer.max_load <= 1.02 * layer.mean_load for layer in ours.layers)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n_ranks=st.sampled_from([2, 3, 4, 8, 16]), base=st.integers(1, 4), redundant=st.integers(0, 2),
+       shape=st.sampled_from(["lognormal", "zipf", "uniform", "zeros"]), seed=st.integers(0, 2**16))
+def test_expert_placement_is_never_above_the_eplb_baseline(n_ranks, base, redundant, shape, seed):
+    n_experts = n_ranks * base
+    assume(base * n_ranks >= base + redundant)  # enough distinct experts to fill a rank
+    rng = np.random.default_rng(seed)
+    loads = {"lognormal": lambda: rng.lognormal(0, 1.5, size=(2, n_experts)),
+             "zipf": lambda: np.stack([rng.permutation(1 / np.arange(1, n_experts + 1) ** 1.4) for _ in range(2)]),
+             "uniform": lambda: np.ones((2, n_experts)),
+             "zeros": lambda: rng.lognormal(0, 1, size=(2, n_experts)) * (rng.random((2, n_experts)) < 0.5) + 1e-3}[shape]()
+    arch = _Arch(n_experts, 2)
+    ours = place_experts(arch, loads, n_ranks, redundant)
+    baseline = eplb_baseline(arch, loads, n_ranks, redundant)
+    _assert_valid(ours, loads, n_experts)
+    for a, b in zip(ours.layers, baseline.layers, strict=True):
+        assert a.max_load <= b.max_load * (1 + 1e-12)
+        assert a.lower_bound == pytest.approx(max(a.mean_load, max(w / c for w, c in zip(loads[a.layer], a.copies, strict=True))))
+
+
+def test_expert_placement_is_deterministic():
+    rng = np.random.default_rng(3)
+    loads = np.vstack([np.stack([rng.permutation(1 / np.arange(1, 65) ** 1.4) for _ in range(2)]),
+                       rng.lognormal(0, 0.9, size=(2, 64))])
+    runs = [place_experts(_Arch(64, 4), loads, 16, 1) for _ in range(2)]
+    assert [(p.slots, p.copies) for p in runs[0].layers] == [(p.slots, p.copies) for p in runs[1].layers]
+
+
+def test_packing_finds_room_when_the_last_copies_meet_only_ranks_holding_them():
+    # Longest-processing-time alone ends with both open slots on ranks that already hold expert 6
+    # (it raised IndexError): a copy moves aside to make room.
+    loads = np.array([1.91, 1.12, 0.6, 1.45, 3.69, 2.59, 0.5, 0.29])
+    copies = np.array([1, 1, 3, 1, 1, 2, 2, 1])
+    ranks = pack(loads, copies, 4, 3)
+    assert all(len(rank) == 3 and len(set(rank)) == 3 for rank in ranks)
+    assert np.bincount([e for rank in ranks for e in rank], minlength=8).tolist() == copies.tolist()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,11 +3,14 @@
 Given a per-layer, per-expert load profile (a file, a synthetic skewed profile, or uniform), for
 every MoE layer:
 
-Step 1 gives each redundant slot to the expert with the highest load per copy (EPLB's replication).
-Step 2 packs the copies onto ranks largest first, each into the least-loaded rank with a free slot
-       that does not already hold that expert (longest-processing-time with a slot cap).
+Step 1 chooses the replica counts: EPLB's (each redundant slot to the expert with the highest load
+       per copy) and, short of the bound, capped counts (each expert ceil(load / T) copies for caps T
+       near the mean rank load, spare slots to the coldest experts; planner/placement/replicas.py).
+Step 2 packs each candidate's copies onto ranks largest first, each into the least-loaded rank with a
+       free slot that does not already hold that expert (longest-processing-time with a slot cap).
 Step 3 swaps copies between the hottest rank and the others while that lowers the maximum
-       (docs/cpsat.md section 6.4: within ~0.4% of the bound in tens of milliseconds).
+       (docs/cpsat.md section 6.4), then two copies for two and a tabu search where that is not
+       enough (planner/placement/local_search.py); the candidate with the lowest maximum is kept.
 Step 4 (method "cpsat") hands the result to CP-SAT as a complete hint, with symmetry breaking, to
        improve it or prove it within a time limit.
 
@@ -18,10 +21,10 @@ a placement over budget is replaced by a repair of the previous one (surplus cop
 copies added) improved by swaps that stay within the budget, and CP-SAT (method "cpsat") minimises the
 maximum load under the budget as a side constraint.
 
-Loads are relative (any unit). The lower bound per layer is max(total / ranks, max load per copy).
+Loads are relative (any unit). The lower bound per layer is max(total / ranks, max load per copy) for
+the chosen counts (the mean alone is the bound no choice of counts can beat).
 """
 
-import heapq
 import math
 import time
 from dataclasses import dataclass
@@ -31,11 +34,13 @@ from ortools.sat.python import cp_model
 from scipy.optimize import linear_sum_assignment
 
 from planner.model.architecture import ModelArch
+from planner.placement.local_search import holds_matrix, pack, swap
+from planner.placement.replicas import eplb_counts, place_layer
 
 __all__ = ["ExpertPlacement", "LayerPlacement", "count_moves", "eplb_baseline", "max_overlap_assignment",
            "place_experts"]
 
-SWAP_TIME_LIMIT_S = 0.25  # per layer
+SWAP_TIME_LIMIT_S = 0.25  # per layer: the replica-count search with its swaps (planner/placement/replicas.py)
 MIN_CPSAT_TIME_S = 0.01
 # Building the CP-SAT model in Python costs about 18 us per (expert, rank) variable with its constraints
 # (16.8 s for 58 DeepSeek-V3 layers x 256 experts x 64 ranks, ortools 9.15 on 2 cores): a layer whose
@@ -114,89 +119,6 @@ class ExpertPlacement:
         return [by_layer.get(i, trivial) for i in range(arch.n_layers)]
 
 
-def _replicate(loads: np.ndarray, n_slots: int, n_ranks: int) -> np.ndarray:
-    """Step 1: every expert once, then each spare slot to the expert with the most load per copy
-    (never more copies than ranks: copies of one expert sit on different ranks)."""
-    copies = np.ones(len(loads), dtype=int)
-    for _ in range(n_slots - len(loads)):
-        per_copy = np.where(copies < n_ranks, loads / copies, -1.0)
-        copies[int(np.argmax(per_copy))] += 1
-    return copies
-
-
-def _pack(loads: np.ndarray, copies: np.ndarray, n_ranks: int, slots_per_rank: int) -> list[list[int]]:
-    """Step 2: copies largest first, each into the least-loaded rank with room and without it."""
-    items = sorted(((loads[e] / copies[e], e) for e in range(len(loads)) for _ in range(copies[e])), key=lambda t: (-t[0], t[1]))
-    ranks: list[list[int]] = [[] for _ in range(n_ranks)]
-    held: list[set[int]] = [set() for _ in range(n_ranks)]
-    open_ranks = [(0.0, r) for r in range(n_ranks)]  # heap of (load, rank) over ranks with a free slot
-    for load, e in items:
-        # the least-loaded open rank without e, lowest index among equals
-        skipped = []
-        rank_load, r = heapq.heappop(open_ranks)
-        while e in held[r]:
-            skipped.append((rank_load, r))
-            rank_load, r = heapq.heappop(open_ranks)
-        ranks[r].append(e)
-        held[r].add(e)
-        if len(ranks[r]) < slots_per_rank:
-            heapq.heappush(open_ranks, (rank_load + load, r))
-        for entry in skipped:
-            heapq.heappush(open_ranks, entry)
-    return ranks
-
-
-def _swap(per_copy: np.ndarray, ranks: list[list[int]], time_limit_s: float, previous: list[list[int]] | None = None,
-          budget: int | None = None) -> list[list[int]]:
-    """Step 3: swap one copy of the hottest rank with a lighter copy elsewhere while that lowers the
-    hottest rank without creating a new maximum (docs/cpsat.md section 6.4), all candidate swaps of an
-    iteration scored at once. With `previous` and `budget`, only swaps that keep the moves (copies on
-    a rank that did not hold them before) within the budget."""
-    slot = np.array(ranks)  # (ranks, slots): every rank is full
-    n_ranks = len(slot)
-    copy_load = per_copy[slot]
-    loads = copy_load.sum(axis=1)
-    holds = np.zeros((n_ranks, len(per_copy)), dtype=bool)
-    holds[np.arange(n_ranks)[:, None], slot] = True
-    new_pair = None
-    if previous is not None and budget is not None:
-        new_pair = ~_holds(previous, len(per_copy))  # new_pair[r, e]: holding e on r costs a move
-        moves = int(new_pair[np.arange(n_ranks)[:, None], slot].sum())
-    deadline = time.perf_counter() + time_limit_s
-    while time.perf_counter() < deadline:
-        hot = int(np.argmax(loads))
-        d = copy_load[hot][:, None, None] - copy_load[None, :, :]  # (hot slot i, rank r, slot j)
-        valid = (d > 1e-12) & ~holds[:, slot[hot]].T[:, :, None] & ~holds[hot][slot][None, :, :]
-        valid[:, hot, :] = False
-        if new_pair is not None:
-            a_to_r = new_pair[:, slot[hot]].T[:, :, None]  # (i, r, 1)
-            b_to_hot = new_pair[hot][slot][None, :, :]  # (1, r, j)
-            a_at_hot = new_pair[hot][slot[hot]][:, None, None]
-            b_at_r = new_pair[np.arange(n_ranks)[:, None], slot][None, :, :]
-            delta = a_to_r.astype(int) + b_to_hot - a_at_hot - b_at_r
-            valid &= moves + delta <= budget
-        new_max = np.where(valid, np.maximum(loads[hot] - d, loads[None, :, None] + d), np.inf)
-        i, r, j = np.unravel_index(int(np.argmin(new_max)), new_max.shape)
-        if not new_max[i, r, j] < loads[hot] - 1e-12:
-            break
-        if new_pair is not None:
-            moves += int(delta[i, r, j])
-        a, b = slot[hot, i], slot[r, j]
-        holds[hot, a], holds[r, b], holds[hot, b], holds[r, a] = False, False, True, True
-        slot[hot, i], slot[r, j] = b, a
-        copy_load[hot, i], copy_load[r, j] = per_copy[b], per_copy[a]
-        loads[hot] += per_copy[b] - per_copy[a]
-        loads[r] += per_copy[a] - per_copy[b]
-    return slot.tolist()
-
-
-def _holds(ranks: list[list[int]], n_experts: int) -> np.ndarray:
-    out = np.zeros((len(ranks), n_experts), dtype=bool)
-    for r, rank in enumerate(ranks):
-        out[r, rank] = True
-    return out
-
-
 def count_moves(previous: list[list[int]], ranks: list[list[int]]) -> int:
     """Expert copies in `ranks` that sit on a rank which did not hold that expert in `previous`."""
     return sum(len(set(new) - set(old)) for old, new in zip(previous, ranks, strict=True))
@@ -215,7 +137,7 @@ def _relabel(ranks: list[list[int]], previous: list[list[int]]) -> list[list[int
     """The same placement with its ranks renumbered to keep the most copies where `previous` had them
     (ranks are interchangeable: only which experts share a rank matters for the balance)."""
     n_experts = 1 + max(max(max(r) for r in ranks), max(max(r) for r in previous))
-    overlap = _holds(ranks, n_experts).astype(int) @ _holds(previous, n_experts).T.astype(int)
+    overlap = holds_matrix(ranks, n_experts).astype(int) @ holds_matrix(previous, n_experts).T.astype(int)
     perm = max_overlap_assignment(overlap)
     out: list[list[int]] = [[] for _ in ranks]
     for i, j in enumerate(perm):
@@ -277,7 +199,7 @@ def _within_budget(loads: np.ndarray, previous: list[list[int]], budget: int, ti
         repaired = _repair(previous, copies, loads / copies)
         if repaired is None or count_moves(previous, repaired) > budget:
             continue
-        ranks = _swap(loads / copies, repaired, time_limit_s / 3, previous, budget)
+        ranks = swap(loads / copies, repaired, time_limit_s / 3, previous, budget)
         peak = max(sum(loads[e] / copies[e] for e in rank) for rank in ranks)
         if best is None or peak < best[0] - 1e-12:
             best = (peak, copies, ranks)
@@ -302,7 +224,7 @@ def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slo
         for r in range(n_ranks if previous is not None else min(n_ranks, cumulative)):
             x[e, r] = m.new_bool_var(f"x[{e},{r}]")
     if previous is not None and budget is not None:
-        was = _holds(previous, n_experts)
+        was = holds_matrix(previous, n_experts)
         m.add(sum(var for (e, r), var in x.items() if not was[r, e]) <= budget)
     for e in range(n_experts):
         m.add(sum(x[e, r] for r in range(n_ranks) if (e, r) in x) == int(copies[e]))
@@ -337,12 +259,14 @@ def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slo
 
 
 def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, method: str, time_limit_s: float,
-           workers: int, swap: bool = True, previous: list[list[int]] | None = None, budget: int | None = None) -> LayerPlacement:
+           workers: int, search: bool = True, previous: list[list[int]] | None = None, budget: int | None = None) -> LayerPlacement:
     deadline = time.perf_counter() + time_limit_s
-    copies = _replicate(loads, n_ranks * slots_per_rank, n_ranks)
-    ranks = _pack(loads, copies, n_ranks, slots_per_rank)
-    if swap:
-        ranks = _swap(loads / copies, ranks, min(SWAP_TIME_LIMIT_S, time_limit_s))
+    if search:  # replica counts chosen with the slots in mind, packed, swapped (planner/placement/replicas.py)
+        heuristic_s = min(SWAP_TIME_LIMIT_S, time_limit_s)
+        copies, ranks = place_layer(loads, n_ranks, slots_per_rank, heuristic_s, time.perf_counter() + heuristic_s)
+    else:  # the EPLB-style baseline
+        copies = eplb_counts(loads, n_ranks * slots_per_rank, n_ranks)
+        ranks = pack(loads, copies, n_ranks, slots_per_rank)
     if previous is not None:
         ranks = _relabel(ranks, previous)
         if budget is not None and count_moves(previous, ranks) > budget:
@@ -379,7 +303,7 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
         share_s = max(0.0, deadline - time.perf_counter()) / (len(moe_layers) - k)
         layers.append(_layer(i, loads[k], n_ranks, slots_per_rank, method, share_s, workers, previous=before(i), budget=max_moves_per_layer))
     layers = tuple(layers)
-    label = {"greedy": "replicate + LPT + swap search", "cpsat": "replicate + LPT + swap search + CP-SAT"}[method]
+    label = {"greedy": "replica-count search + LPT + swap search", "cpsat": "replica-count search + LPT + swap search + CP-SAT"}[method]
     return ExpertPlacement(n_ranks, slots_per_rank, layers, label, time.perf_counter() - start, profile)
 
 
@@ -389,5 +313,5 @@ def eplb_baseline(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
     start = time.perf_counter()
     slots_per_rank = arch.moe.n_routed_experts // n_ranks + redundant_per_rank
     moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
-    layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, "greedy", 0.0, 1, swap=False) for k, i in enumerate(moe_layers))
+    layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, "greedy", 0.0, 1, search=False) for k, i in enumerate(moe_layers))
     return ExpertPlacement(n_ranks, slots_per_rank, layers, "EPLB-style replicate + LPT", time.perf_counter() - start, "")
