@@ -526,3 +526,15 @@ def test_plans_load_through_the_typed_plan(plans, tmp_path, capsys):
     assert main(["schema", "--plan"]) == 0
     schema = json.loads(capsys.readouterr().out)
     assert {"deployments", "problem_spec", "format_version"} <= set(schema["properties"])
+
+
+def test_more_redundant_copies_than_a_rank_can_hold_are_dropped_not_a_crash():
+    # Mixtral (8 experts) on EP8 with 64 redundant copies per rank asks for 65 slots per rank; a rank
+    # holds each expert at most once, so 8 slots per rank (every expert on every rank) is the most.
+    from planner.model.catalog import load_model_catalog
+
+    arch = load_model_catalog()["mixtral-8x7b"]
+    loads = np.ones((arch.n_moe_layers, 8))
+    placement = place_experts(arch, loads, 8, 64)
+    assert placement.slots_per_rank == 8
+    assert placement.imbalance == pytest.approx(1.0)

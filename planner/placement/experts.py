@@ -38,7 +38,7 @@ from planner.placement.local_search import holds_matrix, pack, swap
 from planner.placement.replicas import eplb_counts, place_layer
 
 __all__ = ["ExpertPlacement", "LayerPlacement", "count_moves", "eplb_baseline", "max_overlap_assignment",
-           "place_experts"]
+           "place_experts", "slots_per_rank_for"]
 
 SWAP_TIME_LIMIT_S = 0.25  # per layer: the replica-count search with its swaps (planner/placement/replicas.py)
 MIN_CPSAT_TIME_S = 0.01
@@ -281,6 +281,12 @@ def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, met
     return LayerPlacement(layer, tuple(tuple(r) for r in ranks), tuple(int(c) for c in copies), rank_loads, bound, proven, moves)
 
 
+def slots_per_rank_for(n_experts: int, n_ranks: int, redundant_per_rank: int) -> int:
+    """Expert slots on each rank: its share of the experts plus the redundant copies, at most one slot
+    per expert (a rank never holds two copies of one expert, so more copies than that are dropped)."""
+    return min(n_experts, n_experts // n_ranks + redundant_per_rank)
+
+
 def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_per_rank: int = 0, *, method: str = "greedy",
                   time_limit_s: float = 5.0, workers: int = 2, profile: str = "", previous: list[list[int]] | None = None,
                   max_moves_per_layer: int | None = None) -> ExpertPlacement:
@@ -288,7 +294,7 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
     E / n_ranks + redundant_per_rank slots each. `previous`: the physical-to-logical map (one row
     per model layer, rank-major slots) of the placement in service, to stay close to."""
     start = time.perf_counter()
-    slots_per_rank = arch.moe.n_routed_experts // n_ranks + redundant_per_rank
+    slots_per_rank = slots_per_rank_for(arch.moe.n_routed_experts, n_ranks, redundant_per_rank)
     moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
     deadline = start + time_limit_s
 
@@ -311,7 +317,7 @@ def eplb_baseline(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
     """DeepSeek EPLB's global policy: replicate hot experts, then longest-processing-time packing
     with a slot cap (steps 1 and 2 only), for comparison."""
     start = time.perf_counter()
-    slots_per_rank = arch.moe.n_routed_experts // n_ranks + redundant_per_rank
+    slots_per_rank = slots_per_rank_for(arch.moe.n_routed_experts, n_ranks, redundant_per_rank)
     moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
     layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, "greedy", 0.0, 1, search=False) for k, i in enumerate(moe_layers))
     return ExpertPlacement(n_ranks, slots_per_rank, layers, "EPLB-style replicate + LPT", time.perf_counter() - start, "")

@@ -18,7 +18,7 @@ from planner.model.expert_loads import synthetic_profile
 from planner.modes import ServingRole
 from planner.physics.cost import usd_per_million_tokens
 from planner.physics.estimate import Estimate, estimate
-from planner.placement.experts import ExpertPlacement, place_experts
+from planner.placement.experts import ExpertPlacement, place_experts, slots_per_rank_for
 from planner.placement.fleet import PlacementFailed, place_plan
 from planner.problem.resolve import ResolvedModel, ResolvedProblem
 from planner.problem.schema import Objective
@@ -278,7 +278,7 @@ def _expert_placement(resolved: ResolvedProblem, model: ResolvedModel, c: Candid
     if not model.arch.is_moe or c.layout.ep == 1:
         return None
     loads = model.expert_loads if model.expert_loads is not None else synthetic_profile(model.arch, distribution="uniform")
-    slots = model.arch.moe.n_routed_experts // c.layout.ep + options.redundant_experts_per_rank
+    slots = slots_per_rank_for(model.arch.moe.n_routed_experts, c.layout.ep, options.redundant_experts_per_rank)
     previous = resolved.previous_expert_map(model.arch.id, c.layout.ep, slots)
     return place_experts(model.arch, loads, c.layout.ep, options.redundant_experts_per_rank, method=options.method,
                          time_limit_s=options.time_limit_s, profile=model.expert_load_label, previous=previous,
@@ -294,7 +294,7 @@ def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int
         experts = _expert_placement(resolved, model, c, problem.placement)
         # the deployment the enumeration evaluated, with the expert load its placement measured
         inputs = replace(c.inputs, expert_imbalance=experts.imbalance if experts else 1.0,
-                         redundant_experts_per_rank=problem.placement.redundant_experts_per_rank if experts else 0)
+                         redundant_experts_per_rank=experts.slots_per_rank - model.arch.moe.n_routed_experts // c.layout.ep if experts else 0)
         deployments.append(Deployment(c, replicas, estimate(inputs), experts))
     return deployments
 
