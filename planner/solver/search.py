@@ -106,6 +106,9 @@ def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed
     first = cp_model.CpSolver()
     budget = time_limit_s if workers == 1 else min(time_limit_s, max(SINGLE_WORKER_MIN_S, SINGLE_WORKER_SHARE * time_limit_s))
     set_parameters(first, time_limit_s=budget, seed=seed, workers=1, relative_gap_limit=relative_gap_limit)
+    on_bound = getattr(callback, "on_bound", None)  # a callback that also follows bound-only improvements
+    if on_bound is not None:
+        first.best_bound_callback = on_bound
     status = first.solve(model, callback) if callback else first.solve(model)
     if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID) or budget >= time_limit_s:
         return first, status, first.wall_time
@@ -113,6 +116,8 @@ def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed
         _hint(model, v, first)
     second = cp_model.CpSolver()
     set_parameters(second, time_limit_s=time_limit_s - budget, seed=seed, workers=workers, relative_gap_limit=relative_gap_limit)
+    if on_bound is not None:
+        second.best_bound_callback = on_bound
     status_two = second.solve(model, callback) if callback else second.solve(model)
     wall = first.wall_time + second.wall_time
     if status_two in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or (
