@@ -538,3 +538,36 @@ def test_more_redundant_copies_than_a_rank_can_hold_are_dropped_not_a_crash():
     placement = place_experts(arch, loads, 8, 64)
     assert placement.slots_per_rank == 8
     assert placement.imbalance == pytest.approx(1.0)
+
+
+def test_group_limited_routing_keeps_every_expert_group_inside_one_domain():
+    # DeepSeek-V3 picks 4 of 8 groups (contiguous blocks of 32 experts) per token; with each group's
+    # experts and copies inside one 8-GPU domain, a token reaches at most 4 domains. DeepSeek's EPLB
+    # places hierarchically exactly when the groups split evenly over the nodes.
+    from planner.model.catalog import load_model_catalog
+    from planner.placement.groups import groups_fit_nodes, place_layer_by_groups
+
+    assert groups_fit_nodes(256, 8, 4, 64, 8) and groups_fit_nodes(256, 8, 4, 32, 8)
+    assert not groups_fit_nodes(256, 8, 4, 48, 8)   # 6 domains do not split 8 groups
+    assert not groups_fit_nodes(256, 8, 4, 8, 8)    # one domain: nothing to keep local
+    assert not groups_fit_nodes(384, 1, 1, 96, 8)   # Kimi K2 routes without groups
+    assert not groups_fit_nodes(256, 8, 4, 64, None)
+
+    arch = load_model_catalog()["deepseek-v3"]
+    placement = place_experts(arch, np.ones((arch.n_moe_layers, 256)), 64, 1, ranks_per_node=8)
+    assert placement.imbalance == pytest.approx(1.0)  # even loads: groups and copies balance exactly
+    for layer in placement.layers:
+        domains_of_group = {}
+        for rank, experts in enumerate(layer.slots):
+            for e in experts:
+                domains_of_group.setdefault(e // 32, set()).add(rank // 8)
+        assert all(len(d) == 1 for d in domains_of_group.values())
+
+    # a skewed layer: one group per domain, so the hottest domain carries its group's whole load, and
+    # the search inside the domain spreads it over the 8 ranks (5 slots each) to within 2%
+    loads = np.random.default_rng(3).lognormal(0.0, 0.9, 256)
+    copies, ranks = place_layer_by_groups(loads, 64, 5, 8, 8, 1.0, float("inf"))
+    rank_loads = [sum(loads[e] / copies[e] for e in rank) for rank in ranks]
+    hottest_group_per_rank = loads.reshape(8, 32).sum(axis=1).max() / 8
+    assert hottest_group_per_rank * (1 - 1e-9) <= max(rank_loads) <= hottest_group_per_rank * 1.02
+    assert {e for rank in ranks for e in rank} == set(range(256)) and all(len(set(r)) == len(r) for r in ranks)

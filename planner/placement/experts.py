@@ -34,6 +34,7 @@ from ortools.sat.python import cp_model
 from scipy.optimize import linear_sum_assignment
 
 from planner.model.architecture import ModelArch
+from planner.placement.groups import groups_fit_nodes, place_layer_by_groups
 from planner.placement.local_search import holds_matrix, pack, swap
 from planner.placement.replicas import eplb_counts, place_layer
 
@@ -259,9 +260,13 @@ def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slo
 
 
 def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, method: str, time_limit_s: float,
-           workers: int, search: bool = True, previous: list[list[int]] | None = None, budget: int | None = None) -> LayerPlacement:
+           workers: int, search: bool = True, previous: list[list[int]] | None = None, budget: int | None = None,
+           grouped: tuple[int, int] | None = None) -> LayerPlacement:
     deadline = time.perf_counter() + time_limit_s
-    if search:  # replica counts chosen with the slots in mind, packed, swapped (planner/placement/replicas.py)
+    if grouped is not None:  # (expert_groups, ranks_per_node): whole groups per node (planner/placement/groups.py)
+        heuristic_s = min(SWAP_TIME_LIMIT_S, time_limit_s)
+        copies, ranks = place_layer_by_groups(loads, n_ranks, slots_per_rank, *grouped, heuristic_s, time.perf_counter() + heuristic_s)
+    elif search:  # replica counts chosen with the slots in mind, packed, swapped (planner/placement/replicas.py)
         heuristic_s = min(SWAP_TIME_LIMIT_S, time_limit_s)
         copies, ranks = place_layer(loads, n_ranks, slots_per_rank, heuristic_s, time.perf_counter() + heuristic_s)
     else:  # the EPLB-style baseline
@@ -289,14 +294,20 @@ def slots_per_rank_for(n_experts: int, n_ranks: int, redundant_per_rank: int) ->
 
 def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_per_rank: int = 0, *, method: str = "greedy",
                   time_limit_s: float = 5.0, workers: int = 2, profile: str = "", previous: list[list[int]] | None = None,
-                  max_moves_per_layer: int | None = None) -> ExpertPlacement:
+                  max_moves_per_layer: int | None = None, ranks_per_node: int | None = None) -> ExpertPlacement:
     """Place every MoE layer's experts on `n_ranks` expert-parallel ranks with
     E / n_ranks + redundant_per_rank slots each. `previous`: the physical-to-logical map (one row
-    per model layer, rank-major slots) of the placement in service, to stay close to."""
+    per model layer, rank-major slots) of the placement in service, to stay close to.
+    `ranks_per_node`: ranks per scale-up domain; when the ranks span several and the model's routing
+    is group-limited, each expert group (with its copies) stays inside one domain (without a
+    previous placement to stay close to)."""
     start = time.perf_counter()
     slots_per_rank = slots_per_rank_for(arch.moe.n_routed_experts, n_ranks, redundant_per_rank)
     moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
     deadline = start + time_limit_s
+    m = arch.moe
+    grouped = ((m.expert_groups, ranks_per_node) if previous is None and ranks_per_node is not None and groups_fit_nodes(
+        m.n_routed_experts, m.expert_groups, m.groups_per_token, n_ranks, ranks_per_node) else None)
 
     def before(i: int) -> list[list[int]] | None:
         if previous is None:
@@ -307,9 +318,12 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
     layers = []
     for k, i in enumerate(moe_layers):  # each layer gets an equal share of what is left, so the total stays within the limit
         share_s = max(0.0, deadline - time.perf_counter()) / (len(moe_layers) - k)
-        layers.append(_layer(i, loads[k], n_ranks, slots_per_rank, method, share_s, workers, previous=before(i), budget=max_moves_per_layer))
+        layers.append(_layer(i, loads[k], n_ranks, slots_per_rank, method, share_s, workers, previous=before(i), budget=max_moves_per_layer,
+                             grouped=grouped))
     layers = tuple(layers)
     label = {"greedy": "replica-count search + LPT + swap search", "cpsat": "replica-count search + LPT + swap search + CP-SAT"}[method]
+    if grouped is not None:
+        label = f"{m.expert_groups} expert groups over {n_ranks // ranks_per_node} domains, then per domain: {label}"
     return ExpertPlacement(n_ranks, slots_per_rank, layers, label, time.perf_counter() - start, profile)
 
 

@@ -140,6 +140,12 @@ PARALLEL_MIN_ANALYSES = 16
 _FORKED: tuple | None = None  # what forked enumeration workers read: (resolved, settings, imbalance, groups)
 
 
+def _per_domain(imbalance: Callable[..., float], rack) -> Callable[[int], float]:
+    """ep -> imbalance for layouts on `rack`: an expert-parallel group wider than one scale-up domain
+    keeps each expert group inside a domain (one rank per accelerator there)."""
+    return lambda ep: imbalance(ep, rack.n_accelerators)
+
+
 def _routing(model: ResolvedModel) -> str | None:
     """With an expert-load profile the placement measures the imbalance, so the expert kernels run at
     balanced routing; without one, at the model's routing skew."""
@@ -154,7 +160,7 @@ def _analyse_group(index: int) -> list[tuple[tuple, RackAnalysis]]:
         for key, w, rack, max_accelerators in groups[index]:
             model = resolved.models[w.model_key]
             out.append((key, analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings,
-                                          max_accelerators, imbalance[w.model_key], _routing(model))))
+                                          max_accelerators, _per_domain(imbalance[w.model_key], rack), _routing(model))))
     return out
 
 
@@ -197,7 +203,7 @@ def _distinct_analyses(resolved: ResolvedProblem, settings: CandidateSettings, i
                 progress(f"{w.name} on {rack.id}")
             model = resolved.models[w.model_key]
             shared[key] = analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings, max_accelerators,
-                                       imbalance[w.model_key], _routing(model))
+                                       _per_domain(imbalance[w.model_key], rack), _routing(model))
     return shared
 
 
@@ -251,18 +257,19 @@ def _imbalance_function(resolved: ResolvedProblem, model: ResolvedModel) -> Call
     (within the move budget from the previous plan's map, when there is one for that width)."""
     options = resolved.problem.placement
     if model.expert_loads is None and options.max_expert_moves_per_layer is None:
-        return lambda ep: 1.0
+        return lambda ep, ranks_per_node=None: 1.0
     loads = model.expert_loads if model.expert_loads is not None else synthetic_profile(model.arch, distribution="uniform")
     redundant = options.redundant_experts_per_rank
-    cache: dict[int, float] = {}
+    cache: dict[tuple[int, int | None], float] = {}
 
-    def imbalance(ep: int) -> float:
-        if ep not in cache:
+    def imbalance(ep: int, ranks_per_node: int | None = None) -> float:
+        if (ep, ranks_per_node) not in cache:
             previous = resolved.previous_expert_map(model.arch.id, ep, model.arch.moe.n_routed_experts // ep + redundant)
             budget = options.max_expert_moves_per_layer if previous is not None else None
-            cache[ep] = place_experts(model.arch, loads, ep, redundant, method="greedy", previous=previous if budget is not None else None,
-                                      max_moves_per_layer=budget).imbalance
-        return cache[ep]
+            cache[(ep, ranks_per_node)] = place_experts(model.arch, loads, ep, redundant, method="greedy",
+                                                        previous=previous if budget is not None else None,
+                                                        max_moves_per_layer=budget, ranks_per_node=ranks_per_node).imbalance
+        return cache[(ep, ranks_per_node)]
 
     return imbalance
 
@@ -282,7 +289,8 @@ def _expert_placement(resolved: ResolvedProblem, model: ResolvedModel, c: Candid
     previous = resolved.previous_expert_map(model.arch.id, c.layout.ep, slots)
     return place_experts(model.arch, loads, c.layout.ep, options.redundant_experts_per_rank, method=options.method,
                          time_limit_s=options.time_limit_s, profile=model.expert_load_label, previous=previous,
-                         max_moves_per_layer=options.max_expert_moves_per_layer if previous is not None else None)
+                         max_moves_per_layer=options.max_expert_moves_per_layer if previous is not None else None,
+                         ranks_per_node=c.inputs.rack.n_accelerators * c.layout.ep // c.layout.stage_size)
 
 
 def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int]) -> list[Deployment]:
