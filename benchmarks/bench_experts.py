@@ -22,9 +22,9 @@ EPLB-style against ours; the step imbalance and the worst layer's gap are agains
 the bound no replica count can beat (the per-copy bound moves with the replica counts each method picks).
 
 Part 4, group-limited routing: DeepSeek-V3 at EP64 over eight 8-GPU H100 domains, its experts spread
-over all ranks against whole groups per domain (planner/placement/groups.py): the imbalance each
-reaches, the domains a token is sent to, and an SGLang prefill pass (2,048-token prompts, 512 per
-replica) estimated with both.
+over all ranks against the planner's choice (whole groups per domain when that costs no balance,
+planner/placement/groups.py): the imbalance each reaches, the domains a token is sent to, and an
+SGLang prefill pass (2,048-token prompts, 512 per replica) estimated with both.
 
     python benchmarks/bench_experts.py [--repeats 3] [--cpsat-layers 4] [--cpsat-seconds 2] [--quick]
 """
@@ -147,35 +147,36 @@ def _drift(arch, repeats: int, ep: int = 64, budgets: tuple = (2, 8, 32, None)) 
 
 
 def _groups(arch, quick: bool = False, ep: int = 64, rack: str = "hgx-h100") -> None:
-    """Part 4: DeepSeek-V3's group-limited routing at EP64 over eight 8-GPU domains. Groups kept whole
-    per domain send each token to 4 domains instead of 5.25, at the price of balance (one group per
-    domain); the estimate of a prefill pass (DeepEP normal mode, one copy per domain) weighs both."""
+    """Part 4: DeepSeek-V3's group-limited routing at EP64 over eight 8-GPU domains. Whole groups per
+    domain send each token to 4 domains instead of 5.25 (DeepEP normal mode, prefill); the planner
+    keeps them whole only when that costs no balance. An SGLang prefill pass is estimated with each."""
     from dataclasses import replace
 
     from planner.cli.estimate import estimate_inputs
     from planner.cli.parser import build_parser
     from planner.physics.estimate import estimate
     from planner.physics.roofline import domains_per_token
+    from planner.placement.groups import expert_groups_local
 
     print()
-    print(f"Group-limited routing, {arch.id} EP{ep} on {rack} (8 accelerators per domain): spread against whole groups per domain")
-    print(f"{'profile':10} {'placement':9} {'imbalance':>10} {'domains/token':>14} {'prefill pass':>13} {'time':>8}")
+    print(f"Group-limited routing, {arch.id} EP{ep} on {rack} (8 accelerators per domain): groups spread, and the planner's choice")
+    print(f"{'profile':10} {'placement':9} {'groups local':>12} {'imbalance':>10} {'domains/token':>14} {'prefill pass':>13} {'time':>8}")
     args = build_parser().parse_args(["estimate", "--model", arch.id, "--rack", rack, "--ep", str(ep), "--batch", "512", "--isl", "2048",
                                       "--osl", "1", "--role", "prefill", "--engine", "sglang", "--weights-precision", "fp8",
                                       "--kv-precision", "fp8"])
     base = estimate_inputs(args)
-    flat_arch = replace(arch, moe=replace(arch.moe, expert_groups=1, groups_per_token=1))
     for name in (("uniform",) if quick else ("uniform", "lognormal")):
         loads = synthetic_profile(arch, distribution=name, sigma=0.9, seed=0)
-        for label, rpn, model in (("spread", None, flat_arch), ("grouped", 8, arch)):
+        for label, rpn in (("spread", None), ("planner", 8)):
             start = time.perf_counter()
             placement = place_experts(arch, loads, ep, 1, ranks_per_node=rpn)
             seconds = time.perf_counter() - start
-            m = model.moe
-            result = estimate(replace(base, arch=model, expert_imbalance=placement.imbalance, expert_routing="balanced"))
-            reach = domains_per_token(m.experts_per_token, ep // 8, m.expert_groups, m.groups_per_token)
-            print(f"{name:10} {label:9} {placement.imbalance:>10.4f} {reach:>14.2f} {result.prefill_latency_s * 1e3:>10.1f} ms {seconds:>7.2f}s")
-
+            local = rpn is not None and expert_groups_local(arch, ep, 8, [[list(r) for r in layer.slots] for layer in placement.layers])
+            groups = (arch.moe.expert_groups, arch.moe.groups_per_token) if local else (1, 1)
+            result = estimate(replace(base, expert_imbalance=placement.imbalance, expert_routing="balanced", expert_groups_local=local))
+            reach = domains_per_token(arch.moe.experts_per_token, ep // 8, *groups)
+            print(f"{name:10} {label:9} {str(local):>12} {placement.imbalance:>10.4f} {reach:>14.2f} "
+                  f"{result.prefill_latency_s * 1e3:>10.1f} ms {seconds:>7.2f}s")
 
 if __name__ == "__main__":
     main()

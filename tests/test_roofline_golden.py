@@ -147,8 +147,8 @@ def test_domains_a_token_is_sent_to_under_group_limited_routing():
     # two groups per node on 4 nodes: a node is missed when none of its 2 groups is among the 4 chosen,
     # C(6, 4) / C(8, 4) = 15/70, so 4 x 55/70 domains
     assert domains_per_token(8, 4, 8, 4) == pytest.approx(4 * 55 / 70)
-    # each group over 2 of 16 nodes: the token's experts fall uniformly on the 8 nodes of its 4 groups
-    assert domains_per_token(8, 16, 8, 4) == pytest.approx(8 * (1 - (7 / 8) ** 8))
+    # 16 nodes cannot hold whole groups (8 groups): uniform over the 16
+    assert domains_per_token(8, 16, 8, 4) == pytest.approx(16 * (1 - (15 / 16) ** 8))
     assert domains_per_token(8, 1, 8, 4) == 1.0
     # Kimi K2 routes without groups (n_group 1): uniform
     assert domains_per_token(8, 8, 1, 1) == pytest.approx(8 * (1 - (7 / 8) ** 8))

@@ -23,6 +23,7 @@ from planner.physics.deployment import (
 from planner.physics.estimate import estimate
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.kv_cache import cache_use
+from planner.placement.groups import expert_groups_local
 from planner.precision import FlopsFormat, Precision
 from planner.problem.resolve import ResolvedProblem
 
@@ -81,13 +82,30 @@ def _inputs(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]
         return None
     options = resolved.problem.solver
     imbalance, redundant = _expert_figures(resolved, model, layout, d.get("expert_map"), where, out)
+    local = _groups_local(model.arch, layout, rack, d.get("expert_map"))
     role = ServingRole(d.get("role", "aggregated"))
     if role not in w.roles:
         out.append(Violation(f"{where}.role", f"{role} replicas, but workload {w.name} is served '{w.serving}'"))
     return DeploymentInputs(model.arch, rack, layout, int(d["batch_per_replica"]), w.input_tokens, w.output_tokens,
                             precisions, resolved.hardware.overheads, options.overlap, options.prefill_chunk_tokens, (),
                             imbalance, redundant, role, _cache(w, d, rack, where, out), resolved.problem.engine, options.step_model,
-                            expert_routing="balanced" if model.expert_loads is not None else None)  # as the solver evaluates it
+                            expert_routing="balanced" if model.expert_loads is not None else None,  # as the solver evaluates it
+                            expert_groups_local=local)
+
+
+def _groups_local(arch, layout: Layout, rack, emap: dict | None) -> bool:
+    """Whether the plan's expert map keeps every expert group inside one scale-up domain (without a
+    map, an engine's contiguous default is assumed, as in estimate)."""
+    if emap is None or not arch.is_moe:
+        return True
+    try:
+        slots = int(emap["slots_per_rank"])
+        rows = emap["physical_to_logical_map"]
+        layers = [[[int(e) for e in rows[i][r * slots:(r + 1) * slots]] for r in range(layout.ep)]
+                  for i, moe in enumerate(arch.layer_is_moe) if moe]
+        return expert_groups_local(arch, layout.ep, rack.n_accelerators * layout.ep // layout.stage_size, layers)
+    except (KeyError, IndexError, TypeError, ValueError):  # a malformed map is reported by the expert-map checks
+        return True
 
 
 def _expert_figures(resolved: ResolvedProblem, model, layout: Layout, emap: dict | None, where: str,

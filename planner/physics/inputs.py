@@ -48,6 +48,9 @@ class DeploymentInputs:
     step_model: StepModel = StepModel.CALIBRATED
     redundant_experts: int = 0  # extra expert slots over the whole EP group (SGLang's --ep-num-redundant-experts), instead of per rank
     expert_routing: str | None = None  # grouped-GEMM table's routing skew; None: the model's (balanced when an imbalance is measured)
+    # each expert group inside one scale-up domain (engines' default contiguous placement is, when the
+    # groups split evenly over the domains); False: a token's experts may sit in any domain
+    expert_groups_local: bool = True
 
     @property
     def routing(self) -> str:

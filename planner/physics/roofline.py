@@ -153,17 +153,13 @@ def domains_per_token(experts_per_token: int, domains: int, expert_groups: int =
     """Expected scale-up domains holding at least one of a token's experts, the experts spread evenly
     over `domains` and routed uniformly: d (1 - (1 - 1/d)^k). With group-limited routing (DeepSeek-V3
     picks groups_per_token of expert_groups groups, then its experts inside them) and whole groups per
-    domain, only the domains of the chosen groups can be hit: d (1 - C(G - G/d, m) / C(G, m)), at most m;
-    with each group over d/G whole domains, the token's experts spread over the m d/G domains of its groups."""
+    domain (expert_groups a multiple of domains), only the domains of the chosen groups can be hit:
+    d (1 - C(G - G/d, m) / C(G, m)), at most m."""
     if domains <= 1:
         return 1.0
-    limited = 1 < expert_groups and groups_per_token < expert_groups
-    if limited and expert_groups % domains == 0:
+    if 1 < expert_groups and groups_per_token < expert_groups and expert_groups % domains == 0:
         missed = math.comb(expert_groups - expert_groups // domains, groups_per_token) / math.comb(expert_groups, groups_per_token)
         return domains * (1.0 - missed)
-    if limited and domains % expert_groups == 0:
-        reachable = groups_per_token * domains // expert_groups
-        return reachable * (1.0 - (1.0 - 1.0 / reachable) ** experts_per_token)
     return domains * (1.0 - (1.0 - 1.0 / domains) ** experts_per_token)
 
 

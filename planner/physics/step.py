@@ -257,9 +257,7 @@ def _elementwise(ctx: StepContext, tokens_rank: np.ndarray) -> KernelTime:
 
 def _stage_domains(ctx: StepContext) -> int:
     """Scale-up domains one pipeline stage spans."""
-    if not ctx.links.stage.spans_domains:
-        return 1
-    return -(-ctx.inp.layout.stage_size // ctx.inp.rack.n_accelerators)
+    return -(-ctx.inp.layout.stage_size // ctx.inp.rack.n_accelerators) if ctx.links.stage.spans_domains else 1
 
 
 def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tuple[np.ndarray, Spread]:
@@ -271,7 +269,8 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
     domains = _stage_domains(ctx)
     remote = copies * (domains - 1) / domains
     if mode == "normal" and domains > 1:  # one copy per remote domain hit
-        remote = domains_per_token(copies, domains, arch.moe.expert_groups, arch.moe.groups_per_token) * (domains - 1) / domains
+        groups = (arch.moe.expert_groups, arch.moe.groups_per_token) if inp.expert_groups_local else (1, 1)
+        remote = domains_per_token(copies, domains, *groups) * (domains - 1) / domains
     local = copies * (lay.stage_size - 1) / lay.stage_size - copies * (domains - 1) / domains
     dispatch_bytes = arch.hidden_size * (1.0 if inp.engine in FP8_DISPATCH_ENGINES and inp.precisions.compute != "bf16"
                                          else inp.precisions.activation_bytes)

@@ -34,7 +34,11 @@ from ortools.sat.python import cp_model
 from scipy.optimize import linear_sum_assignment
 
 from planner.model.architecture import ModelArch
-from planner.placement.groups import groups_fit_nodes, place_layer_by_groups
+from planner.placement.groups import (
+    grouping_is_free,
+    groups_fit_nodes,
+    place_layer_by_groups,
+)
 from planner.placement.local_search import holds_matrix, pack, swap
 from planner.placement.replicas import eplb_counts, place_layer
 
@@ -298,16 +302,17 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
     """Place every MoE layer's experts on `n_ranks` expert-parallel ranks with
     E / n_ranks + redundant_per_rank slots each. `previous`: the physical-to-logical map (one row
     per model layer, rank-major slots) of the placement in service, to stay close to.
-    `ranks_per_node`: ranks per scale-up domain; when the ranks span several and the model's routing
-    is group-limited, each expert group (with its copies) stays inside one domain (without a
-    previous placement to stay close to)."""
+    `ranks_per_node`: ranks per scale-up domain; when the ranks span several, the model's routing
+    is group-limited and keeping groups whole costs no balance, each expert group (with its copies)
+    stays inside one domain (without a previous placement to stay close to)."""
     start = time.perf_counter()
     slots_per_rank = slots_per_rank_for(arch.moe.n_routed_experts, n_ranks, redundant_per_rank)
     moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
     deadline = start + time_limit_s
     m = arch.moe
     grouped = ((m.expert_groups, ranks_per_node) if previous is None and ranks_per_node is not None and groups_fit_nodes(
-        m.n_routed_experts, m.expert_groups, m.groups_per_token, n_ranks, ranks_per_node) else None)
+        m.n_routed_experts, m.expert_groups, m.groups_per_token, n_ranks, ranks_per_node)
+        and grouping_is_free(loads, m.expert_groups, n_ranks // ranks_per_node) else None)
 
     def before(i: int) -> list[list[int]] | None:
         if previous is None:

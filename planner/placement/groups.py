@@ -12,9 +12,9 @@ import heapq
 
 import numpy as np
 
-from planner.placement.replicas import place_layer
+from planner.placement.replicas import GOOD_ENOUGH_GAP, place_layer
 
-__all__ = ["groups_fit_nodes", "place_layer_by_groups"]
+__all__ = ["expert_groups_local", "grouping_is_free", "groups_fit_nodes", "groups_kept_local", "place_layer_by_groups"]
 
 
 def groups_fit_nodes(n_experts: int, expert_groups: int, groups_per_token: int, n_ranks: int, ranks_per_node: int | None) -> bool:
@@ -53,3 +53,39 @@ def place_layer_by_groups(loads: np.ndarray, n_ranks: int, slots_per_rank: int, 
         copies[experts] = node_copies
         ranks.extend([int(experts[i]) for i in rank] for rank in node_ranks)
     return copies, ranks
+
+
+def grouping_is_free(loads: np.ndarray, expert_groups: int, nodes: int) -> bool:
+    """Whether keeping groups whole costs no balance: with the groups spread over the domains, the
+    step's hottest domain (summed over layers) is within GOOD_ENOUGH_GAP of the mean domain load.
+    Group-local placement saves NIC copies only in DeepEP's normal (prefill) mode and never in
+    decode, so it is chosen only when it loses nothing; the flat placement balances better otherwise."""
+    hottest = mean = 0.0
+    for row in loads:
+        group_loads = row.reshape(expert_groups, -1).sum(axis=1)
+        domain_loads = [sum(group_loads[g] for g in held) for held in _groups_to_nodes(group_loads, nodes)]
+        hottest += max(domain_loads)
+        mean += sum(domain_loads) / nodes
+    return hottest <= mean * (1 + GOOD_ENOUGH_GAP)
+
+
+def groups_kept_local(layers: list[list[list[int]]], n_experts: int, expert_groups: int, ranks_per_node: int) -> bool:
+    """Whether every layer keeps each group's experts, copies included, inside one domain (`layers`:
+    per layer, the experts each rank holds)."""
+    size = n_experts // expert_groups
+    for ranks in layers:
+        domain_of: dict[int, int] = {}
+        for r, experts in enumerate(ranks):
+            for e in experts:
+                if domain_of.setdefault(e // size, r // ranks_per_node) != r // ranks_per_node:
+                    return False
+    return True
+
+
+def expert_groups_local(arch, n_ranks: int, ranks_per_node: int, layers: list[list[list[int]]]) -> bool:
+    """What the step model takes from a placement (`layers`: per MoE layer, the experts each rank
+    holds): whether group-limited routing caps the domains a token reaches. Trivially so inside one
+    domain or without groups."""
+    if not arch.is_moe or n_ranks <= ranks_per_node or arch.moe.expert_groups <= 1:
+        return True
+    return groups_kept_local(layers, arch.moe.n_routed_experts, arch.moe.expert_groups, ranks_per_node)

@@ -20,6 +20,7 @@ from planner.physics.cost import usd_per_million_tokens
 from planner.physics.estimate import Estimate, estimate
 from planner.placement.experts import ExpertPlacement, place_experts, slots_per_rank_for
 from planner.placement.fleet import PlacementFailed, place_plan
+from planner.placement.groups import expert_groups_local
 from planner.problem.resolve import ResolvedModel, ResolvedProblem
 from planner.problem.schema import Objective
 from planner.solver.candidates import (
@@ -290,7 +291,12 @@ def _expert_placement(resolved: ResolvedProblem, model: ResolvedModel, c: Candid
     return place_experts(model.arch, loads, c.layout.ep, options.redundant_experts_per_rank, method=options.method,
                          time_limit_s=options.time_limit_s, profile=model.expert_load_label, previous=previous,
                          max_moves_per_layer=options.max_expert_moves_per_layer if previous is not None else None,
-                         ranks_per_node=c.inputs.rack.n_accelerators * c.layout.ep // c.layout.stage_size)
+                         ranks_per_node=_ranks_per_domain(c))
+
+
+def _ranks_per_domain(c: Candidate) -> int:
+    """Expert-parallel ranks in one scale-up domain of the candidate's rack."""
+    return c.inputs.rack.n_accelerators * c.layout.ep // c.layout.stage_size
 
 
 def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int]) -> list[Deployment]:
@@ -302,6 +308,8 @@ def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int
         experts = _expert_placement(resolved, model, c, problem.placement)
         # the deployment the enumeration evaluated, with the expert load its placement measured
         inputs = replace(c.inputs, expert_imbalance=experts.imbalance if experts else 1.0,
+                         expert_groups_local=expert_groups_local(model.arch, c.layout.ep, _ranks_per_domain(c),
+                                                                 [[list(r) for r in L.slots] for L in experts.layers]) if experts else True,
                          redundant_experts_per_rank=experts.slots_per_rank - model.arch.moe.n_routed_experts // c.layout.ep if experts else 0)
         deployments.append(Deployment(c, replicas, estimate(inputs), experts))
     return deployments
