@@ -23,7 +23,7 @@ from planner.physics.deployment import (
 from planner.physics.estimate import estimate
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.kv_cache import cache_use
-from planner.placement.groups import expert_groups_local
+from planner.placement.groups import expert_groups_local, ranks_per_domain
 from planner.precision import FlopsFormat, Precision
 from planner.problem.resolve import ResolvedProblem
 
@@ -103,7 +103,7 @@ def _groups_local(arch, layout: Layout, rack, emap: dict | None) -> bool:
         rows = emap["physical_to_logical_map"]
         layers = [[[int(e) for e in rows[i][r * slots:(r + 1) * slots]] for r in range(layout.ep)]
                   for i, moe in enumerate(arch.layer_is_moe) if moe]
-        return expert_groups_local(arch, layout.ep, rack.n_accelerators * layout.ep // layout.stage_size, layers)
+        return expert_groups_local(arch, layout.ep, ranks_per_domain(rack.n_accelerators, layout.ep, layout.stage_size), layers)
     except (KeyError, IndexError, TypeError, ValueError):  # a malformed map is reported by the expert-map checks
         return True
 

@@ -14,7 +14,14 @@ import numpy as np
 
 from planner.placement.replicas import GOOD_ENOUGH_GAP, place_layer
 
-__all__ = ["expert_groups_local", "grouping_is_free", "groups_fit_nodes", "groups_kept_local", "place_layer_by_groups"]
+__all__ = ["expert_groups_local", "grouping_is_free", "groups_fit_nodes", "groups_kept_local", "place_layer_by_groups",
+           "ranks_per_domain"]
+
+
+def ranks_per_domain(domain_accelerators: int, ep: int, stage_size: int) -> int:
+    """Expert-parallel ranks in one scale-up domain when `ep` ranks share a stage of `stage_size`
+    accelerators (an expert rank is stage_size / ep accelerators)."""
+    return domain_accelerators * ep // stage_size
 
 
 def groups_fit_nodes(n_experts: int, expert_groups: int, groups_per_token: int, n_ranks: int, ranks_per_node: int | None) -> bool:

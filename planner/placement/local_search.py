@@ -129,13 +129,21 @@ def swap(per_copy: np.ndarray, ranks: list[list[int]], time_limit_s: float, prev
             break
         if new_pair is not None:
             moves += int(delta[i, r, j])
-        a, b = slot[hot, i], slot[r, j]
-        holds[hot, a], holds[r, b], holds[hot, b], holds[r, a] = False, False, True, True
-        slot[hot, i], slot[r, j] = b, a
-        copy_load[hot, i], copy_load[r, j] = per_copy[b], per_copy[a]
-        loads[hot] += per_copy[b] - per_copy[a]
-        loads[r] += per_copy[a] - per_copy[b]
+        _swap_copies(per_copy, slot, holds, copy_load, loads, hot, i, r, j)
     return slot.tolist()
+
+
+def _swap_copies(per_copy: np.ndarray, slot: np.ndarray, holds: np.ndarray, copy_load: np.ndarray, loads: np.ndarray,
+                 hot: int, i: int, r: int, j: int) -> tuple[int, int]:
+    """Exchange the copy in slot i of rank `hot` with the copy in slot j of rank r, updating the
+    holdings, per-slot loads and rank loads in place; returns (copy that left hot, copy that entered)."""
+    a, b = slot[hot, i], slot[r, j]
+    holds[hot, a], holds[r, b], holds[hot, b], holds[r, a] = False, False, True, True
+    slot[hot, i], slot[r, j] = b, a
+    copy_load[hot, i], copy_load[r, j] = per_copy[b], per_copy[a]
+    loads[hot] += per_copy[b] - per_copy[a]
+    loads[r] += per_copy[a] - per_copy[b]
+    return a, b
 
 
 def exchange(per_copy: np.ndarray, ranks: list[list[int]], target: float, deadline: float) -> list[list[int]]:
@@ -199,12 +207,7 @@ def tabu(per_copy: np.ndarray, ranks: list[list[int]], target: float, deadline: 
         i, r, j = np.unravel_index(int(np.argmin(new_max)), new_max.shape)
         if not np.isfinite(new_max[i, r, j]):
             break
-        a, b = slot[hot, i], slot[r, j]
-        holds[hot, a], holds[r, b], holds[hot, b], holds[r, a] = False, False, True, True
-        slot[hot, i], slot[r, j] = b, a
-        copy_load[hot, i], copy_load[r, j] = per_copy[b], per_copy[a]
-        loads[hot] += per_copy[b] - per_copy[a]
-        loads[r] += per_copy[a] - per_copy[b]
+        a, b = _swap_copies(per_copy, slot, holds, copy_load, loads, hot, i, r, j)
         barred_until[hot, a], barred_until[r, b] = it + tenure, it + tenure
         if loads.max() < best_max - TOLERANCE:
             best_max, best, best_it = float(loads.max()), slot.copy(), it

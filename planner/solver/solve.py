@@ -20,7 +20,7 @@ from planner.physics.cost import usd_per_million_tokens
 from planner.physics.estimate import Estimate, estimate
 from planner.placement.experts import ExpertPlacement, place_experts, slots_per_rank_for
 from planner.placement.fleet import PlacementFailed, place_plan
-from planner.placement.groups import expert_groups_local
+from planner.placement.groups import expert_groups_local, ranks_per_domain
 from planner.problem.resolve import ResolvedModel, ResolvedProblem
 from planner.problem.schema import Objective
 from planner.solver.candidates import (
@@ -295,8 +295,7 @@ def _expert_placement(resolved: ResolvedProblem, model: ResolvedModel, c: Candid
 
 
 def _ranks_per_domain(c: Candidate) -> int:
-    """Expert-parallel ranks in one scale-up domain of the candidate's rack."""
-    return c.inputs.rack.n_accelerators * c.layout.ep // c.layout.stage_size
+    return ranks_per_domain(c.inputs.rack.n_accelerators, c.layout.ep, c.layout.stage_size)
 
 
 def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int]) -> list[Deployment]:
