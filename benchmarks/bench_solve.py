@@ -72,9 +72,9 @@ def bench_bundled(repeats: int, workers: int, limit: int | None = None) -> None:
 
 class _GapWatch(cp_model.CpSolverSolutionCallback):
     """Records when the best plan found so far is first within 1% of the best bound proven so far.
-    Both are followed: plans through the solution callback, bound-only improvements through
-    `on_bound` (CP-SAT's best_bound_callback); any proven bound stays valid across the search's
-    two solves. Throttled: only copies numbers."""
+    Both are followed: plans through the solution callback and `on_plan` (the decomposition's),
+    bound-only improvements through `on_bound` (CP-SAT's best_bound_callback and the Lagrangian
+    bound); any proven bound stays valid across the search's phases. Only copies numbers."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -95,6 +95,11 @@ class _GapWatch(cp_model.CpSolverSolutionCallback):
 
     def on_bound(self, bound: float) -> None:
         self.best_bound = max(self.best_bound, bound)
+        self._check()
+
+    def on_plan(self, objective: float) -> None:
+        """A plan found outside CP-SAT's search (the decomposition by workload)."""
+        self.best_objective = min(self.best_objective, objective)
         self._check()
 
 

@@ -128,6 +128,18 @@ class PlanVars:
             self.families[family] = self.model.new_bool_var(family)
         return self.families[family]
 
+    def blocks(self) -> dict[int, str]:
+        """Each decision variable's workload (by variable index): the blocks of a decomposition."""
+        owner = {}
+        for j, w in self.workload_of.items():
+            owner[self.replicas[j].index] = owner[self.used[j].index] = w
+        for w, mode in self.split.items():
+            if not isinstance(mode, int):
+                owner[mode.index] = w
+        for w, var in self.workload_tpot.items():
+            owner[var.index] = w
+        return owner
+
     def extract(self, solver: cp_model.CpSolver) -> dict[int, int]:
         """Candidate index -> replicas, for the candidates the solution uses."""
         return {j: solver.value(r) for j, r in enumerate(self.replicas) if solver.value(r) > 0}

@@ -6,12 +6,14 @@ always give the same plan.
 """
 
 import math
+import time
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
+from ortools.sat.python import cp_model, cp_model_helper
 
 from planner.modes import ServingRole
 from planner.problem.schema import Objective
+from planner.solver.decompose import Decomposition, Outcome, split_by_block
 from planner.solver.model_builder import (
     PlanningData,
     PlanVars,
@@ -28,6 +30,7 @@ SINGLE_WORKER_MIN_S = 1.0
 DETERMINISTIC_SHARE = 0.8  # deterministic-time budget per second of wall-clock budget (dtime runs ~1.2x wall here)
 INTERLEAVE_BATCH_SIZE = 12
 SINGLE_WORKER_LINEARIZATION = 2
+DECOMPOSE_MIN_CANDIDATES = 150  # below this, CP-SAT alone proves the bundled fleets optimal in well under a second
 TIE_BREAK_TIME_LIMIT_S = 5.0  # fixed, so that multi-worker runs do not depend on the worker count (docs/cpsat.md section 7)
 STATUS_NAMES = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
                 cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
@@ -126,25 +129,86 @@ def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed
     return first, status, wall
 
 
+def _decompose(model: cp_model.CpModel, v: PlanVars, data: PlanningData, *, seed: int, workers: int, time_limit_s: float,
+               canonical: bool, callback) -> Outcome | None:
+    """The Lagrangian decomposition by workload (planner.solver.decompose) of a fleet model large
+    enough to need it; None when it does not apply."""
+    if len(data.workloads) < 2 or len(data.candidates) < DECOMPOSE_MIN_CANDIDATES:
+        return None
+    blocks = v.blocks()
+    if any(index not in blocks for index in model.proto.objective.vars):
+        return None
+    constants = {literal.index: 1 for literal in v.families.values()}
+    parts = split_by_block(model, blocks, constants)
+    if parts is None:
+        return None
+    tie_break = None
+    if canonical:
+        flat = cp_model_helper.FlatIntExpr(tie_break_objective(v, data))
+        tie_break = {var.index: c for var, c in zip(flat.vars, flat.coeffs)}
+    decomposition = Decomposition(model, *parts, constants, seed=seed, workers=workers, wall_s=time_limit_s)
+
+    def progress(value: int | None, bound: int) -> None:
+        for hook, number in ((getattr(callback, "on_bound", None), bound), (getattr(callback, "on_plan", None), value)):
+            if hook is not None and number is not None:
+                hook(number)
+
+    return decomposition.run(tie_break, progress if callback is not None else None)
+
+
+def _from_outcome(outcome: Outcome, model: cp_model.CpModel, v: PlanVars, resolution: float, unit: str, wall: float,
+                  status: str = "OPTIMAL") -> RawSolution:
+    """The decomposition's plan: proven optimal, or the best plan found when CP-SAT found none."""
+    chosen = {j: outcome.assignment[var.index] for j, var in enumerate(v.replicas) if outcome.assignment[var.index] > 0}
+    objective, bound = outcome.objective * resolution, outcome.bound * resolution
+    gap = abs(objective - bound) / abs(objective) if objective else 0.0
+    return RawSolution(status, chosen, outcome.objective, objective, bound, gap, wall, unit,
+                       len(model.proto.variables), len(model.proto.constraints))
+
+
+def _warm_start(model: cp_model.CpModel, v: PlanVars, data: PlanningData, outcome: Outcome | None, hint: dict[int, int] | None) -> None:
+    """The decomposition's cuts as rows and its plan as a complete hint; else the caller's hint."""
+    if outcome is not None:
+        for terms, low in outcome.cuts:
+            model.add(cp_model.LinearExpr.weighted_sum([model.get_int_var_from_proto_index(i) for i, _ in terms],
+                                                       [c for _, c in terms]) >= low)
+    if outcome is not None and outcome.assignment:
+        model.clear_hints()
+        for index, value in sorted(outcome.assignment.items()):
+            model.add_hint(model.get_int_var_from_proto_index(index), value)
+    elif hint is not None and data.objective is not Objective.MIN_TPOT:
+        hint_plan(model, v, hint)
+
+
 def solve_data(data: PlanningData, *, time_limit_s: float = 10.0, seed: int = 0, workers: int = 2, canonical: bool = True,
                relative_gap_limit: float = 0.0, callback: cp_model.CpSolverSolutionCallback | None = None,
                hint: dict[int, int] | None = None) -> RawSolution:
     """Steps 2 and 3 on prepared data: the best plan, its objective, bound and gap. `hint` (candidate
-    index -> replicas) warm-starts the search, e.g. from the previous point of a sweep."""
+    index -> replicas) warm-starts the search, e.g. from the previous point of a sweep. A large
+    fleet model is first decomposed by workload: that proves many optimal outright, and otherwise
+    hands CP-SAT a near-optimal plan as a hint and its cuts as rows."""
     model, v = build_model(data)
     _fix_families(model, v)
     objective, resolution, unit = primary_objective(model, v, data)
     model.minimize(objective)
-    if hint is not None and data.objective is not Objective.MIN_TPOT:
-        hint_plan(model, v, hint)
-    solver, status, wall = _minimise(model, v, time_limit_s=SEARCH_SHARE * time_limit_s, seed=seed, workers=workers,
-                                     relative_gap_limit=relative_gap_limit, callback=callback)
+    start = time.perf_counter()
+    outcome = _decompose(model, v, data, seed=seed, workers=workers, time_limit_s=SEARCH_SHARE * time_limit_s,
+                         canonical=canonical, callback=callback)
+    spent = time.perf_counter() - start
+    if outcome is not None and outcome.proven:
+        return _from_outcome(outcome, model, v, resolution, unit, spent)
+    _warm_start(model, v, data, outcome, hint)
+    solver, status, wall = _minimise(model, v, time_limit_s=max(SINGLE_WORKER_MIN_S, SEARCH_SHARE * time_limit_s - spent), seed=seed,
+                                     workers=workers, relative_gap_limit=relative_gap_limit, callback=callback)
+    wall += spent
     name = STATUS_NAMES.get(status, "UNKNOWN")
     n_vars, n_cons = len(model.proto.variables), len(model.proto.constraints)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if outcome is not None and outcome.assignment and status != cp_model.INFEASIBLE:
+            return _from_outcome(outcome, model, v, resolution, unit, wall, status="FEASIBLE")
         return RawSolution(name, {}, None, None, None, None, wall, unit, n_vars, n_cons)
     value = round(solver.objective_value)
-    bound = solver.best_objective_bound
+    bound = max(solver.best_objective_bound, outcome.bound if outcome is not None else -math.inf)
     if name == "OPTIMAL" and value > math.ceil(bound - 1e-6):
         name = "FEASIBLE"  # CP-SAT says OPTIMAL when the gap limit stops it; only a closed gap is optimal
     chosen = v.extract(solver)

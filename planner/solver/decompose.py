@@ -1,0 +1,361 @@
+"""Fleet models split by workload: a Lagrangian decomposition that hands CP-SAT a near-optimal plan,
+cuts that lift its bound, and, when the gap is small, a proof of optimality.
+
+A fleet model couples its workloads only through rows that span several of them: rack budgets, a
+cost cap, exclusions. Everything else (demand, serving modes, TTFT pairs) belongs to one workload's
+block. Pricing the coupling rows at multipliers mu >= 0 splits the model into one small CP-SAT model
+per workload; for any feasible plan x,
+
+    objective(x) >= sum_w L_w(x_w) - mu.b >= sum_w l_w - mu.b     (the Lagrangian bound)
+
+where L_w is block w's priced objective and l_w a proven lower bound of its minimum. The steps:
+
+1. the LP relaxation (GLOP), with the cuts `L_w(x_w) >= l_w` of every round added, gives the
+   multipliers: the duals of the coupling rows; a few rounds, until the bound stops rising;
+2. each workload's plans at those prices and at multiples of them are the columns of a restricted
+   master problem (one plan per workload, coupling rows kept): a feasible fleet plan, the incumbent;
+3. every plan that could beat or tie the incumbent has `L_w(x_w) - l_w <= incumbent - bound` in each
+   block. When CP-SAT enumerates all of them within a cap, the master over them is the whole
+   problem: its optimum is proven, and its canonical tie-break is exact.
+
+When step 3 does not finish, the caller keeps the incumbent as a complete hint and the cuts as rows
+of the full model. Every number is an integer of the model's own units: the multipliers are
+rounded down to integers, so each cut is exact.
+"""
+
+import math
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ortools.linear_solver import pywraplp
+from ortools.sat.python import cp_model
+
+__all__ = ["Decomposition", "Outcome", "split_by_block"]
+
+INT64_EDGE = 2**62  # domain ends beyond this are infinite
+ROUNDS = 6  # Lagrangian rounds at most (the bound usually stops rising after one or two)
+PRICE_FACTORS = (0.0, 0.5, 0.9, 1.1, 2.0)  # multiples of the final prices whose plans join the master's columns
+SUB_DTIME = 0.5  # deterministic-time limit of one workload's solve
+MAX_NEAR_PLANS = 400  # per workload: more plans within the gap than this, and the block keeps its own variables
+MASTER_DTIME = 4.0  # deterministic-time limit of one master solve
+
+
+@dataclass(frozen=True)
+class Row:
+    """A coupling row in <= form: sum(coef * x[index]) <= rhs."""
+
+    terms: tuple[tuple[int, int], ...]
+    rhs: int
+
+
+@dataclass
+class Block:
+    """One workload's own rows as a small CP-SAT model; `var_of` maps full-model variable indices to it."""
+
+    name: str
+    model: cp_model.CpModel
+    var_of: dict[int, cp_model.IntVar] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    assignment: dict[int, int]  # full-model variable index -> value, for every variable
+    objective: int
+    bound: int  # proven lower bound (the Lagrangian bound, or the objective when proven)
+    proven: bool
+    cuts: tuple[tuple[tuple[tuple[int, int], ...], int], ...]  # (terms, lower bound) rows valid for every plan
+    events: tuple[tuple[int | None, int], ...] = ()  # (incumbent, bound) as they were found
+
+
+def _flat_domain(domain) -> tuple[int, int] | None:
+    """A domain as one interval, or None when it has holes."""
+    values = list(domain)
+    return (values[0], values[-1]) if len(values) == 2 else None
+
+
+def _literal(ref: int, var_of: dict[int, cp_model.IntVar]):
+    return var_of[ref] if ref >= 0 else ~var_of[-ref - 1]
+
+
+def split_by_block(model: cp_model.CpModel, block_of: dict[int, str], constants: dict[int, int]) -> tuple[list[Block], list[Row]] | None:
+    """The model's rows, each in the block of its variables or among the coupling rows. `constants`
+    are variables the caller fixes (enforcement literals of constraint families). None when the
+    model has a row the decomposition cannot take (non-linear, holes, enforced coupling)."""
+    proto = model.proto
+    names = sorted(set(block_of.values()))
+    blocks = {name: Block(name, cp_model.CpModel()) for name in names}
+    for index in sorted(block_of):
+        bounds = _flat_domain(proto.variables[index].domain)
+        if bounds is None:
+            return None
+        blocks[block_of[index]].var_of[index] = blocks[block_of[index]].model.new_int_var(*bounds, proto.variables[index].name)
+    rows: list[Row] = []
+    for constraint in proto.constraints:
+        if not constraint.has_linear():
+            return None
+        refs = list(constraint.linear.vars)
+        if all(ref in constants for ref in refs):
+            continue  # the rows that fix the constants
+        enforcement = list(constraint.enforcement_literal)
+        if any(ref in constants for ref in refs) or any(_inactive(lit, constants) for lit in enforcement):
+            return None
+        live = [lit for lit in enforcement if abs(lit if lit >= 0 else -lit - 1) not in constants]
+        owners = {block_of.get(ref) for ref in refs} | {block_of.get(lit if lit >= 0 else -lit - 1) for lit in live}
+        bounds = _flat_domain(constraint.linear.domain)
+        if None in owners or bounds is None:
+            return None
+        terms = tuple(zip(refs, constraint.linear.coeffs))
+        if len(owners) > 1:
+            if live:
+                return None
+            rows += _as_rows(terms, bounds)
+            continue
+        block = blocks[owners.pop()]
+        expression = cp_model.LinearExpr.weighted_sum([block.var_of[r] for r, _ in terms], [c for _, c in terms])
+        added = block.model.add_linear_expression_in_domain(expression, cp_model.Domain(*bounds))
+        if live:
+            added.only_enforce_if([_literal(lit, block.var_of) for lit in live])
+    return list(blocks.values()), rows
+
+
+def _inactive(literal: int, constants: dict[int, int]) -> bool:
+    """An enforcement literal on a fixed variable that is false (its row never applies)."""
+    index = literal if literal >= 0 else -literal - 1
+    if index not in constants:
+        return False
+    return constants[index] == 0 if literal >= 0 else constants[index] == 1
+
+
+def _as_rows(terms: tuple[tuple[int, int], ...], bounds: tuple[int, int]) -> list[Row]:
+    lo, hi = bounds
+    rows = [Row(terms, hi)] if hi < INT64_EDGE else []
+    if lo > -INT64_EDGE:
+        rows.append(Row(tuple((r, -c) for r, c in terms), -lo))
+    return rows
+
+
+def _solver(seed: int, dtime: float, wall_s: float) -> cp_model.CpSolver:
+    """One deterministic worker with the full linear relaxation (these models are small)."""
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.num_workers, p.random_seed, p.linearization_level = 1, seed, 2
+    p.max_deterministic_time, p.max_time_in_seconds = dtime, wall_s
+    return solver
+
+
+class Decomposition:
+    """The Lagrangian decomposition of one built model (see the module docstring)."""
+
+    def __init__(self, model: cp_model.CpModel, blocks: list[Block], rows: list[Row], constants: dict[int, int], *,
+                 seed: int, workers: int, wall_s: float) -> None:
+        self.model, self.blocks, self.rows, self.constants = model, blocks, rows, constants
+        self.seed, self.workers, self.wall_s = seed, max(1, workers), wall_s
+        objective = model.proto.objective
+        self.objective = dict(zip(objective.vars, objective.coeffs))
+        self.offset = round(objective.offset)
+        self.cuts: list[tuple[tuple[tuple[int, int], ...], int]] = []
+        self.columns: list[set[tuple[tuple[int, int], ...]]] = [set() for _ in blocks]
+        self.events: list[tuple[int | None, int]] = []
+
+    # -- pricing ---------------------------------------------------------------------------------
+    def priced(self, mu: list[int]) -> dict[int, int]:
+        """Objective coefficients plus the priced coupling rows."""
+        coef = dict(self.objective)
+        for m, row in zip(mu, self.rows):
+            if m:
+                for index, c in row.terms:
+                    coef[index] = coef.get(index, 0) + m * c
+        return coef
+
+    def _price_block(self, args: tuple[Block, dict[int, int]]) -> tuple[int, tuple[tuple[int, int], ...] | None] | None:
+        block, coef = args
+        terms = [(i, coef[i]) for i in block.var_of if coef.get(i)]
+        block.model.minimize(cp_model.LinearExpr.weighted_sum([block.var_of[i] for i, _ in terms], [c for _, c in terms]))
+        solver = _solver(self.seed, SUB_DTIME, self.wall_s)
+        solver.parameters.cp_model_presolve = False  # a few dozen variables: presolve costs more than it saves
+        status = solver.solve(block.model)
+        if status == cp_model.INFEASIBLE:
+            return None
+        plan = tuple((i, solver.value(var)) for i, var in block.var_of.items()) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+        return math.ceil(solver.best_objective_bound - 1e-6), plan
+
+    def price(self, mu: list[int]) -> tuple[int, list[int]] | None:
+        """The Lagrangian bound at `mu` and each block's proven minimum; every block's plan joins the
+        columns and its cut joins the cuts. None when a workload has no plan at all."""
+        coef = self.priced(mu)
+        with ThreadPoolExecutor(self.workers) as pool:  # CP-SAT releases the GIL; results keep block order
+            results = list(pool.map(self._price_block, [(b, coef) for b in self.blocks]))
+        if any(r is None for r in results):
+            return None
+        lows = []
+        for k, (block, (low, plan)) in enumerate(zip(self.blocks, results)):
+            lows.append(low)
+            self.cuts.append((tuple((i, coef[i]) for i in block.var_of if coef.get(i)), low))
+            if plan is not None:
+                self.columns[k].add(plan)
+        bound = sum(lows) - sum(m * row.rhs for m, row in zip(mu, self.rows)) + self.offset
+        return bound, lows
+
+    # -- the LP master -------------------------------------------------------------------------
+    def _lp(self) -> tuple[pywraplp.Solver, list]:
+        lp = pywraplp.Solver.CreateSolver("GLOP")
+        proto = self.model.proto
+        xs = []
+        for index, var in enumerate(proto.variables):
+            lo, hi = (self.constants[index],) * 2 if index in self.constants else (list(var.domain)[0], list(var.domain)[-1])
+            xs.append(lp.NumVar(lo, hi, ""))
+        infinity = lp.infinity()
+        for constraint in proto.constraints:
+            if constraint.enforcement_literal and any(abs(lit if lit >= 0 else -lit - 1) not in self.constants
+                                                      for lit in constraint.enforcement_literal):
+                continue  # enforced by a decision: left out of the relaxation
+            lo, hi = list(constraint.linear.domain)[0], list(constraint.linear.domain)[-1]
+            row = lp.Constraint(-infinity if lo <= -INT64_EDGE else lo, infinity if hi >= INT64_EDGE else hi)
+            for index, c in zip(constraint.linear.vars, constraint.linear.coeffs):
+                row.SetCoefficient(xs[index], c)
+        coupling = []
+        for r in self.rows:
+            row = lp.Constraint(-infinity, r.rhs)
+            for index, c in r.terms:
+                row.SetCoefficient(xs[index], c)
+            coupling.append(row)
+        objective = lp.Objective()
+        for index, c in self.objective.items():
+            objective.SetCoefficient(xs[index], c)
+        objective.SetMinimization()
+        self._xs = xs
+        return lp, coupling
+
+    def _add_cut(self, lp: pywraplp.Solver, terms, low: int) -> None:
+        row = lp.Constraint(low, lp.infinity())
+        for index, c in terms:
+            row.SetCoefficient(self._xs[index], c)
+
+    def multipliers(self) -> tuple[int, list[int], list[int]] | None:
+        """Rounds of LP duals and pricing; the best Lagrangian bound, its multipliers and the blocks'
+        minima at them."""
+        lp, coupling = self._lp()
+        best, best_mu, best_lows = -math.inf, [0] * len(self.rows), []
+        for _ in range(ROUNDS):
+            if lp.Solve() != pywraplp.Solver.OPTIMAL:
+                return None
+            mu = [max(0, math.floor(-row.dual_value())) for row in coupling]  # a <= row's dual is <= 0 when minimising
+            n_cuts = len(self.cuts)
+            priced = self.price(mu)
+            if priced is None:
+                return None
+            for terms, low in self.cuts[n_cuts:]:
+                self._add_cut(lp, terms, low)
+            if priced[0] <= best:
+                break
+            best, best_mu, best_lows = priced[0], mu, priced[1]
+            self.events.append((None, best))
+        return best, best_mu, best_lows
+
+    # -- masters ---------------------------------------------------------------------------------
+    def _value(self, plan: Iterable[tuple[int, int]], coef: dict[int, int]) -> int:
+        return sum(coef.get(i, 0) * x for i, x in plan)
+
+    def master(self, columns: list[list[tuple[tuple[int, int], ...]]], *, cap: int | None = None,
+               tie_break: dict[int, int] | None = None) -> tuple[str, dict[int, int] | None, int | None]:
+        """One plan per workload from `columns`, coupling rows kept, the objective minimised (then, if
+        `tie_break` is given, the tie-break among the plans of equal objective). Returns the status,
+        the full assignment and the objective."""
+        master = cp_model.CpModel()
+        picks = [[master.new_bool_var(f"{b.name}#{k}") for k in range(len(plans))] for b, plans in zip(self.blocks, columns)]
+        for z in picks:
+            master.add_exactly_one(z)
+        flat = [(z, plan) for zs, plans in zip(picks, columns) for z, plan in zip(zs, plans)]
+        for row in self.rows:
+            coef = dict(row.terms)
+            master.add(cp_model.LinearExpr.weighted_sum([z for z, _ in flat], [self._value(p, coef) for _, p in flat]) <= row.rhs)
+        objective = cp_model.LinearExpr.weighted_sum([z for z, _ in flat], [self._value(p, self.objective) for _, p in flat])
+        if cap is not None:
+            master.add(objective <= cap - self.offset)
+        master.minimize(objective)
+        solver = _solver(self.seed, MASTER_DTIME, self.wall_s)
+        status = solver.solve(master)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return "INFEASIBLE" if status == cp_model.INFEASIBLE else "UNKNOWN", None, None
+        value = round(solver.objective_value)
+        name = "OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE"
+        if tie_break is not None and name == "OPTIMAL":
+            for z in [z for z, _ in flat]:
+                master.add_hint(z, solver.value(z))
+            master.add(objective <= value)
+            master.minimize(cp_model.LinearExpr.weighted_sum([z for z, _ in flat], [self._value(p, tie_break) for _, p in flat]))
+            second = _solver(self.seed, MASTER_DTIME, self.wall_s)
+            if second.solve(master) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                solver = second
+        chosen = dict(self.constants)
+        for z, plan in flat:
+            if solver.value(z):
+                chosen.update(plan)
+        return name, chosen, value + self.offset
+
+    def near_plans(self, k: int, coef: dict[int, int], limit: int) -> list[tuple[tuple[int, int], ...]] | None:
+        """Every plan of block k whose priced objective is at most `limit`, or None past the cap or
+        the time limit."""
+        block = self.blocks[k]
+        model = block.model.clone()
+        model.clear_objective()
+        indices = list(block.var_of)
+        variables = [model.get_int_var_from_proto_index(block.var_of[i].index) for i in indices]
+        terms = [(v, coef[i]) for v, i in zip(variables, indices) if coef.get(i)]
+        model.add(cp_model.LinearExpr.weighted_sum([v for v, _ in terms], [c for _, c in terms]) <= limit)
+        found: list[tuple[tuple[int, int], ...]] = []
+
+        class Collect(cp_model.CpSolverSolutionCallback):
+            def on_solution_callback(self) -> None:
+                found.append(tuple((i, self.value(v)) for i, v in zip(indices, variables)))
+                if len(found) > MAX_NEAR_PLANS:
+                    self.stop_search()
+
+        solver = _solver(self.seed, SUB_DTIME * 4, self.wall_s)
+        solver.parameters.enumerate_all_solutions = True
+        solver.parameters.cp_model_presolve = False
+        status = solver.solve(model, Collect())
+        complete = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and len(found) <= MAX_NEAR_PLANS
+        return found if complete else None
+
+    # -- the whole procedure ----------------------------------------------------------------------
+    def run(self, tie_break: dict[int, int] | None, on_progress: Callable[[int | None, int], None] | None = None) -> Outcome | None:
+        """Steps 1-3 of the module docstring. None when a workload cannot be served at all."""
+        found = self.multipliers()
+        if found is None:
+            return None
+        bound, mu, lows = found
+        for factor in PRICE_FACTORS:
+            if self.price([math.floor(m * factor) for m in mu]) is None:
+                return None
+        status, incumbent, value = self.master([sorted(c) for c in self.columns])
+        if incumbent is None:  # no combination of the columns fits: the cuts still hold
+            return Outcome({}, 0, bound, False, tuple(self.cuts), tuple(self.events))
+        self.events.append((value, bound))
+        if on_progress:
+            on_progress(value, bound)
+        proven = self._prove(mu, lows, bound, value, incumbent, tie_break)
+        if proven is not None:
+            incumbent, value = proven
+            bound = value
+            self.events.append((value, bound))
+        return Outcome(incumbent, value, bound, proven is not None, tuple(self.cuts), tuple(self.events))
+
+    def _prove(self, mu: list[int], lows: list[int], bound: int, value: int, incumbent: dict[int, int],
+               tie_break: dict[int, int] | None) -> tuple[dict[int, int], int] | None:
+        """Enumerate, per workload, every plan that could beat or tie the incumbent; the master over
+        them is exact. None when a block has too many such plans."""
+        coef = self.priced(mu)
+        slack = value - bound
+        columns = []
+        for k, block in enumerate(self.blocks):
+            plans = self.near_plans(k, coef, lows[k] + slack)
+            if plans is None:
+                return None
+            mine = tuple((i, incumbent[i]) for i in block.var_of)
+            columns.append(sorted(set(plans) | {mine}))
+        status, chosen, best = self.master(columns, cap=value, tie_break=tie_break)
+        if status != "OPTIMAL" or chosen is None:
+            return None
+        return chosen, best
