@@ -105,6 +105,7 @@ def test_decomposed_fleets_match_exhaustive_search(seed, monkeypatch):
         return
     assert (raw.status, raw.objective_int) == ("OPTIMAL", expected)
     assert fits_racks(d, raw.chosen)
+    assert search.solve_data(d, time_limit_s=20, seed=0, workers=2).chosen == raw.chosen  # deterministic
     dec, model, v = decomposition(d)
     found = dec.multipliers()
     assert found is not None and found[0] <= expected  # the Lagrangian bound never passes the optimum

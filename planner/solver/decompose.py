@@ -12,8 +12,9 @@ where L_w is block w's priced objective and l_w a proven lower bound of its mini
 
 1. the LP relaxation (GLOP), with the cuts `L_w(x_w) >= l_w` of every round added, gives the
    multipliers: the duals of the coupling rows; a few rounds, until the bound stops rising;
-2. each workload's plans at those prices and at multiples of them are the columns of a restricted
-   master problem (one plan per workload, coupling rows kept): a feasible fleet plan, the incumbent;
+2. each workload's plans at those prices and at multiples of them, and the plans of a sequential
+   pass (workloads one at a time, largest first, within what the others leave), are the columns of
+   a restricted master problem (one plan per workload, coupling rows kept): the incumbent;
 3. every plan that could beat or tie the incumbent has `L_w(x_w) - l_w <= incumbent - bound` in each
    block. When CP-SAT enumerates all of them within a cap, the master over them is the whole
    problem: its optimum is proven, and its canonical tie-break is exact.
@@ -24,6 +25,7 @@ rounded down to integers, so each cut is exact.
 """
 
 import math
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,6 +41,7 @@ PRICE_FACTORS = (0.0, 0.5, 0.9, 1.1, 2.0)  # multiples of the final prices whose
 SUB_DTIME = 0.5  # deterministic-time limit of one workload's solve
 MAX_NEAR_PLANS = 400  # per workload: more plans within the gap than this, and the block keeps its own variables
 MASTER_DTIME = 4.0  # deterministic-time limit of one master solve
+MASTER_SHARE = 0.15  # of the time budget, at most, for one master solve
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,6 @@ class Outcome:
     bound: int  # proven lower bound (the Lagrangian bound, or the objective when proven)
     proven: bool
     cuts: tuple[tuple[tuple[tuple[int, int], ...], int], ...]  # (terms, lower bound) rows valid for every plan
-    events: tuple[tuple[int | None, int], ...] = ()  # (incumbent, bound) as they were found
 
 
 def _flat_domain(domain) -> tuple[int, int] | None:
@@ -122,26 +124,14 @@ def split_by_block(model: cp_model.CpModel, block_of: dict[int, str], constants:
 def _inactive(literal: int, constants: dict[int, int]) -> bool:
     """An enforcement literal on a fixed variable that is false (its row never applies)."""
     index = literal if literal >= 0 else -literal - 1
-    if index not in constants:
-        return False
-    return constants[index] == 0 if literal >= 0 else constants[index] == 1
+    return index in constants and constants[index] == (0 if literal >= 0 else 1)
 
 
 def _as_rows(terms: tuple[tuple[int, int], ...], bounds: tuple[int, int]) -> list[Row]:
     lo, hi = bounds
-    rows = [Row(terms, hi)] if hi < INT64_EDGE else []
-    if lo > -INT64_EDGE:
-        rows.append(Row(tuple((r, -c) for r, c in terms), -lo))
-    return rows
+    return ([Row(terms, hi)] if hi < INT64_EDGE else []) + ([Row(tuple((r, -c) for r, c in terms), -lo)] if lo > -INT64_EDGE else [])
 
 
-def _solver(seed: int, dtime: float, wall_s: float) -> cp_model.CpSolver:
-    """One deterministic worker with the full linear relaxation (these models are small)."""
-    solver = cp_model.CpSolver()
-    p = solver.parameters
-    p.num_workers, p.random_seed, p.linearization_level = 1, seed, 2
-    p.max_deterministic_time, p.max_time_in_seconds = dtime, wall_s
-    return solver
 
 
 class Decomposition:
@@ -150,13 +140,22 @@ class Decomposition:
     def __init__(self, model: cp_model.CpModel, blocks: list[Block], rows: list[Row], constants: dict[int, int], *,
                  seed: int, workers: int, wall_s: float) -> None:
         self.model, self.blocks, self.rows, self.constants = model, blocks, rows, constants
-        self.seed, self.workers, self.wall_s = seed, max(1, workers), wall_s
+        self.seed, self.workers = seed, max(1, workers)
+        self.deadline = time.perf_counter() + wall_s  # a safety net: the work itself is bounded in deterministic time
+        self.master_dtime = min(MASTER_DTIME, MASTER_SHARE * wall_s)
         objective = model.proto.objective
         self.objective = dict(zip(objective.vars, objective.coeffs))
         self.offset = round(objective.offset)
         self.cuts: list[tuple[tuple[tuple[int, int], ...], int]] = []
         self.columns: list[set[tuple[tuple[int, int], ...]]] = [set() for _ in blocks]
-        self.events: list[tuple[int | None, int]] = []
+
+    def _solver(self, dtime: float) -> cp_model.CpSolver:
+        """One deterministic worker with the full linear relaxation (these models are small)."""
+        solver = cp_model.CpSolver()
+        p = solver.parameters
+        p.num_workers, p.random_seed, p.linearization_level = 1, self.seed, 2
+        p.max_deterministic_time, p.max_time_in_seconds = dtime, max(0.01, self.deadline - time.perf_counter())
+        return solver
 
     # -- pricing ---------------------------------------------------------------------------------
     def priced(self, mu: list[int]) -> dict[int, int]:
@@ -172,7 +171,7 @@ class Decomposition:
         block, coef = args
         terms = [(i, coef[i]) for i in block.var_of if coef.get(i)]
         block.model.minimize(cp_model.LinearExpr.weighted_sum([block.var_of[i] for i, _ in terms], [c for _, c in terms]))
-        solver = _solver(self.seed, SUB_DTIME, self.wall_s)
+        solver = self._solver(SUB_DTIME)
         solver.parameters.cp_model_presolve = False  # a few dozen variables: presolve costs more than it saves
         status = solver.solve(block.model)
         if status == cp_model.INFEASIBLE:
@@ -250,8 +249,48 @@ class Decomposition:
             if priced[0] <= best:
                 break
             best, best_mu, best_lows = priced[0], mu, priced[1]
-            self.events.append((None, best))
         return best, best_mu, best_lows
+
+    # -- a plan that fits by construction ---------------------------------------------------------
+    def _least_use(self) -> list[dict[int, int]]:
+        """Per row, the least each block can add to it (its variables at the cheaper end of their domains)."""
+        owner = {i: k for k, block in enumerate(self.blocks) for i in block.var_of}
+        least: list[dict[int, int]] = []
+        for row in self.rows:
+            per_block: dict[int, int] = {}
+            for index, c in row.terms:
+                domain = self.model.proto.variables[index].domain
+                per_block[owner[index]] = per_block.get(owner[index], 0) + min(c * domain[0], c * domain[len(domain) - 1])
+            least.append(per_block)
+        return least
+
+    def sequential(self, mu: list[int], order: list[int]) -> bool:
+        """Workloads one at a time, in `order`, each at its priced minimum within what the rows leave
+        it: the others hold their plan once placed and, before that, the least they can take. Every
+        plan joins the columns. False when a workload finds nothing left that serves it."""
+        least = self._least_use()
+        coef, held = self.priced(mu), [[least[r].get(k, 0) for r in range(len(self.rows))] for k in range(len(self.blocks))]
+        used = [sum(h[r] for h in held) for r in range(len(self.rows))]
+        for k in order:
+            block = self.blocks[k]
+            model = block.model.clone()
+            var = {i: model.get_int_var_from_proto_index(block.var_of[i].index) for i in block.var_of}
+            for r, row in enumerate(self.rows):
+                mine = [(i, c) for i, c in row.terms if i in var]
+                if mine:
+                    model.add(cp_model.LinearExpr.weighted_sum([var[i] for i, _ in mine], [c for _, c in mine]) <= row.rhs - used[r] + held[k][r])
+            terms = [(i, coef[i]) for i in var if coef.get(i)]
+            model.minimize(cp_model.LinearExpr.weighted_sum([var[i] for i, _ in terms], [c for _, c in terms]))
+            solver = self._solver(SUB_DTIME)
+            if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                return False
+            plan = tuple((i, solver.value(var[i])) for i in block.var_of)
+            values = dict(plan)
+            now = [sum(c * values[i] for i, c in row.terms if i in values) for row in self.rows]
+            used = [u - h + m for u, h, m in zip(used, held[k], now)]
+            held[k] = now
+            self.columns[k].add(plan)
+        return True
 
     # -- masters ---------------------------------------------------------------------------------
     def _value(self, plan: Iterable[tuple[int, int]], coef: dict[int, int]) -> int:
@@ -274,7 +313,7 @@ class Decomposition:
         if cap is not None:
             master.add(objective <= cap - self.offset)
         master.minimize(objective)
-        solver = _solver(self.seed, MASTER_DTIME, self.wall_s)
+        solver = self._solver(self.master_dtime)
         status = solver.solve(master)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return "INFEASIBLE" if status == cp_model.INFEASIBLE else "UNKNOWN", None, None
@@ -285,7 +324,7 @@ class Decomposition:
                 master.add_hint(z, solver.value(z))
             master.add(objective <= value)
             master.minimize(cp_model.LinearExpr.weighted_sum([z for z, _ in flat], [self._value(p, tie_break) for _, p in flat]))
-            second = _solver(self.seed, MASTER_DTIME, self.wall_s)
+            second = self._solver(self.master_dtime)
             if second.solve(master) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 solver = second
         chosen = dict(self.constants)
@@ -312,7 +351,7 @@ class Decomposition:
                 if len(found) > MAX_NEAR_PLANS:
                     self.stop_search()
 
-        solver = _solver(self.seed, SUB_DTIME * 4, self.wall_s)
+        solver = self._solver(SUB_DTIME * 4)
         solver.parameters.enumerate_all_solutions = True
         solver.parameters.cp_model_presolve = False
         status = solver.solve(model, Collect())
@@ -329,18 +368,17 @@ class Decomposition:
         for factor in PRICE_FACTORS:
             if self.price([math.floor(m * factor) for m in mu]) is None:
                 return None
+        self.sequential(mu, sorted(range(len(self.blocks)), key=lambda k: -lows[k]))  # the largest workloads first
         status, incumbent, value = self.master([sorted(c) for c in self.columns])
         if incumbent is None:  # no combination of the columns fits: the cuts still hold
-            return Outcome({}, 0, bound, False, tuple(self.cuts), tuple(self.events))
-        self.events.append((value, bound))
+            return Outcome({}, 0, bound, False, tuple(self.cuts))
         if on_progress:
             on_progress(value, bound)
         proven = self._prove(mu, lows, bound, value, incumbent, tie_break)
         if proven is not None:
             incumbent, value = proven
             bound = value
-            self.events.append((value, bound))
-        return Outcome(incumbent, value, bound, proven is not None, tuple(self.cuts), tuple(self.events))
+        return Outcome(incumbent, value, bound, proven is not None, tuple(self.cuts))
 
     def _prove(self, mu: list[int], lows: list[int], bound: int, value: int, incumbent: dict[int, int],
                tie_break: dict[int, int] | None) -> tuple[dict[int, int], int] | None:

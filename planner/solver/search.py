@@ -30,6 +30,7 @@ SINGLE_WORKER_MIN_S = 1.0
 DETERMINISTIC_SHARE = 0.8  # deterministic-time budget per second of wall-clock budget (dtime runs ~1.2x wall here)
 INTERLEAVE_BATCH_SIZE = 12
 SINGLE_WORKER_LINEARIZATION = 2
+MIN_SEARCH_S = 0.1  # CP-SAT's share when the decomposition took the budget
 DECOMPOSE_MIN_CANDIDATES = 150  # below this, CP-SAT alone proves the bundled fleets optimal in well under a second
 TIE_BREAK_TIME_LIMIT_S = 5.0  # fixed, so that multi-worker runs do not depend on the worker count (docs/cpsat.md section 7)
 STATUS_NAMES = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
@@ -198,7 +199,7 @@ def solve_data(data: PlanningData, *, time_limit_s: float = 10.0, seed: int = 0,
     if outcome is not None and outcome.proven:
         return _from_outcome(outcome, model, v, resolution, unit, spent)
     _warm_start(model, v, data, outcome, hint)
-    solver, status, wall = _minimise(model, v, time_limit_s=max(SINGLE_WORKER_MIN_S, SEARCH_SHARE * time_limit_s - spent), seed=seed,
+    solver, status, wall = _minimise(model, v, time_limit_s=max(MIN_SEARCH_S, SEARCH_SHARE * time_limit_s - spent), seed=seed,
                                      workers=workers, relative_gap_limit=relative_gap_limit, callback=callback)
     wall += spent
     name = STATUS_NAMES.get(status, "UNKNOWN")
