@@ -215,18 +215,33 @@ def _totals(terms: StepTerms, inp: DeploymentInputs, model: StepModel) -> np.nda
     return step_total_s(terms.compute, terms.weights, terms.kv, terms.comm, inp.overlap, terms.overhead, model)
 
 
-def _serving_terms(ctx: StepContext, batches: np.ndarray, decode: StepTerms, pf) -> tuple[StepTerms, np.ndarray]:
-    """The step a user waits on: for an aggregated replica, the decode step with its share of the
-    prompts riding along (batch x prompt tokens computed / output tokens per replica step)."""
+def _decode_and_mixed(ctx: StepContext, batches: np.ndarray) -> tuple[StepTerms, np.ndarray, StepTerms | None, np.ndarray]:
+    """The pure decode step (its expert touch), and for an aggregated replica the mixed step where its
+    share of the prompts rides along (batch x prompt tokens computed / output tokens per replica
+    step), with those riders: both from one evaluation of stacked rows (a pure row is a mixed row
+    without riders; the rows do not interact)."""
     inp, lay = ctx.inp, ctx.inp.layout
     if inp.role is not ServingRole.AGGREGATED:
-        return decode, np.zeros_like(batches)
+        decode, touch = decode_terms(ctx, batches)
+        return decode, touch, None, np.zeros_like(batches)
+    n = len(batches)
     riders = batches / lay.pp * inp.prefilled_tokens / inp.output_tokens
+    both, touch = decode_terms(ctx, np.concatenate([batches, batches]), np.concatenate([np.zeros_like(riders), riders]))
+    pure, mixed = (StepTerms(*(a[part] for a in (both.compute, both.weights, both.kv, both.comm, both.overhead, both.low_ratio,
+                                                  both.high_ratio))) for part in (slice(None, n), slice(n, None)))
+    return pure, touch[:n], mixed, riders
+
+
+def _serving_terms(ctx: StepContext, decode: StepTerms, mixed: StepTerms | None, riders: np.ndarray, pf) -> StepTerms:
+    """The step a user waits on: the decode step, or for an aggregated replica the mixed step with
+    the riders' attention (calibrated) or their FLOPs and KV reads (roofline) added."""
+    lay = ctx.inp.layout
+    if mixed is None:
+        return decode
     per_pass = (riders / (pf.tokens * lay.dp_attn))[:, None]
-    mixed, _ = decode_terms(ctx, batches, riders)
     if ctx.calibrated:  # the riders' GEMM rows are in the mixed kernels; add their attention
-        return replace(mixed, compute=mixed.compute + per_pass * pf.attention_s), riders
-    return replace(mixed, compute=mixed.compute + per_pass * pf.terms.compute, kv=mixed.kv + per_pass * pf.terms.kv), riders
+        return replace(mixed, compute=mixed.compute + per_pass * pf.attention_s)
+    return replace(mixed, compute=mixed.compute + per_pass * pf.terms.compute, kv=mixed.kv + per_pass * pf.terms.kv)
 
 
 def _queue_and_ttft(inp: DeploymentInputs, batches, stage_time, tpot, passes_s, prefill_rate, prefill_latency, hit_latency):
@@ -249,7 +264,7 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     batches = np.asarray(batches, dtype=float)
     rows = np.arange(len(batches))
 
-    decode, touch = decode_terms(ctx, batches)
+    decode, touch, mixed, riders = _decode_and_mixed(ctx, batches)
     decode_slowest = np.argmax(_totals(decode, inp, model), axis=1)
     decode_tpot = lay.pp * _totals(decode, inp, model)[rows, decode_slowest]
     pf = prefill_pass(ctx)
@@ -262,7 +277,7 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     prefill_rate = pf.tokens * lay.dp_attn / prefill_step.total_s
     weights_bytes, kv_bytes, activations_bytes = _memory(inp, ctx.st, pf.tokens, batches)
 
-    serving, riders = _serving_terms(ctx, batches, decode, pf)
+    serving = _serving_terms(ctx, decode, mixed, riders, pf)
     totals = _totals(serving, inp, model)
     slowest = np.argmax(totals, axis=1)
     stage_time = totals[rows, slowest]
