@@ -8,7 +8,7 @@ where prefill tokens ride along.
 Step 3 takes the slowest stage, then derives latencies, throughputs, memory and the prompt cache.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -148,6 +148,11 @@ class BatchTable:
     input_tokens: int
     output_tokens: int
     role: ServingRole = ServingRole.AGGREGATED
+
+    def rows(self, index: np.ndarray) -> "BatchTable":
+        """The table at the batches `index` picks: each batch's row depends on that batch alone."""
+        picked = {f.name: value[index] for f in fields(self) if isinstance(value := getattr(self, f.name), np.ndarray)}
+        return replace(self, serving_step=tuple(term[index] for term in self.serving_step), **picked)
 
     @property
     def sustained_output_tokens_per_s(self) -> np.ndarray:
