@@ -26,10 +26,16 @@ from planner.physics.memory import (
 )
 from planner.physics.roofline import StepTime, step_total_s
 from planner.physics.stages import Stages, stages
-from planner.physics.step import StepContext, StepTerms, decode_terms, prefill_pass
+from planner.physics.step import (
+    PrefillPass,
+    StepContext,
+    StepTerms,
+    decode_terms,
+    prefill_pass,
+)
 
-__all__ = ["PAGED_KV_HEADROOM", "WORST_CASE_QUEUE_DEPARTURES", "BatchTable", "evaluate_batches", "kv_reservation",
-           "step_context"]
+__all__ = ["PAGED_KV_HEADROOM", "WORST_CASE_QUEUE_DEPARTURES", "BatchTable", "FixedParts", "evaluate_batches", "fixed_parts",
+           "kv_reservation", "step_context"]
 
 WORST_CASE_QUEUE_DEPARTURES = 2  # claim 3: a request waits at most about two batch departures
 # Engines page the KV cache and hold each sequence at its current length; in steady in-flight
@@ -261,25 +267,49 @@ def _queue_and_ttft(inp: DeploymentInputs, batches, stage_time, tpot, passes_s, 
     return queue, queue + _worst_prefill_latency(inp, prefill_latency, hit_latency), requests_per_s
 
 
-def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None) -> BatchTable:
-    """Evaluate `inp`'s layout at every batch in `batches` (inp.batch_per_replica is ignored)."""
-    accel, lay = inp.rack.accelerator, inp.layout
+@dataclass(frozen=True)
+class FixedParts:
+    """What a layout's table needs that does not depend on the batch: the step context and the
+    prefill pass (evaluate once, then at any batches)."""
+
+    ctx: StepContext
+    model: StepModel
+    pf: PrefillPass
+    prefill_step: StepTime  # one prefill pass through the slowest stage
+    prefill_latency_s: float
+    prefill_tokens_per_s: float
+    cache_hit_latency_s: float
+
+
+def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> FixedParts:
+    lay = inp.layout
     ctx = step_context(inp, links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s))
     model = StepModel.CALIBRATED if ctx.calibrated else StepModel.ROOFLINE
-    batches = np.asarray(batches, dtype=float)
-    rows = np.arange(len(batches))
-
-    decode, touch, mixed, riders = _decode_and_mixed(ctx, batches)
-    decode_slowest = np.argmax(_totals(decode, inp, model), axis=1)
-    decode_tpot = lay.pp * _totals(decode, inp, model)[rows, decode_slowest]
     pf = prefill_pass(ctx)
     pass_totals = _totals(pf.terms, inp, model)
     k = int(np.argmax(pass_totals))
     prefill_step = StepTime(*(float(a[k]) for a in (pf.terms.compute, pf.terms.weights, pf.terms.kv, pf.terms.comm)), inp.overlap,
                             float(pf.terms.overhead[k]), model, float(pf.terms.low_ratio[k]), float(pf.terms.high_ratio[k]))
-    passes_per_prompt = pf.passes_per_prompt
-    prefill_latency = (passes_per_prompt + lay.pp - 1) * prefill_step.total_s
+    prefill_latency = (pf.passes_per_prompt + lay.pp - 1) * prefill_step.total_s
     prefill_rate = pf.tokens * lay.dp_attn / prefill_step.total_s
+    return FixedParts(ctx, model, pf, prefill_step, prefill_latency, prefill_rate, _cache_hit_latency(inp, prefill_latency))
+
+
+def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None, fixed: FixedParts | None = None) -> BatchTable:
+    """Evaluate `inp`'s layout at every batch in `batches` (inp.batch_per_replica is ignored);
+    `fixed`: its fixed_parts(inp, links), when the caller has them already."""
+    accel, lay = inp.rack.accelerator, inp.layout
+    fixed = fixed or fixed_parts(inp, links)
+    ctx, model, pf, prefill_step = fixed.ctx, fixed.model, fixed.pf, fixed.prefill_step
+    prefill_latency, prefill_rate, hit_latency = fixed.prefill_latency_s, fixed.prefill_tokens_per_s, fixed.cache_hit_latency_s
+    batches = np.asarray(batches, dtype=float)
+    rows = np.arange(len(batches))
+
+    decode, touch, mixed, riders = _decode_and_mixed(ctx, batches)
+    decode_totals = _totals(decode, inp, model)
+    decode_slowest = np.argmax(decode_totals, axis=1)
+    decode_tpot = lay.pp * decode_totals[rows, decode_slowest]
+    passes_per_prompt = pf.passes_per_prompt
     weights_bytes, kv_bytes, activations_bytes = _memory(inp, ctx.st, pf.tokens, batches)
 
     serving = _serving_terms(ctx, decode, mixed, riders, pf)
@@ -287,7 +317,6 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     slowest = np.argmax(totals, axis=1)
     stage_time = totals[rows, slowest]
     tpot = lay.pp * stage_time
-    hit_latency = _cache_hit_latency(inp, prefill_latency)
     queue, ttft, requests_per_s = _queue_and_ttft(inp, batches, stage_time, tpot, passes_per_prompt * prefill_step.total_s,
                                                   prefill_rate, prefill_latency, hit_latency)
     cache_bytes, cache_fits, storage, cache_in_hbm = _prompt_cache(inp, requests_per_s)

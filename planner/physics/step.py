@@ -58,7 +58,7 @@ from planner.physics.stages import (
 )
 from planner.precision import Precision
 
-__all__ = ["ALL_REDUCES_PER_LAYER", "DISPATCH_AND_COMBINE", "StepContext", "StepTerms", "decode_terms", "prefill_pass"]
+__all__ = ["ALL_REDUCES_PER_LAYER", "DISPATCH_AND_COMBINE", "PrefillPass", "StepContext", "StepTerms", "decode_terms", "prefill_pass"]
 
 ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style tensor parallelism)
 DISPATCH_AND_COMBINE = 2  # an expert all-to-all goes out (dispatch) and comes back (combine)

@@ -12,6 +12,7 @@ from dataclasses import fields
 
 import numpy as np
 
+from planner.physics.batch_table import FixedParts, fixed_parts
 from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
 
 __all__ = ["inputs_key", "run_together"]
@@ -30,16 +31,20 @@ def inputs_key(inp: DeploymentInputs) -> tuple:
     return tuple(_part(getattr(inp, f.name)) for f in fields(inp))
 
 
-def _tables(requests: list[tuple[DeploymentInputs, np.ndarray]]) -> list[BatchTable]:
-    """The table each request asks for, one evaluation per distinct inputs."""
+def _tables(requests: list[tuple[DeploymentInputs, np.ndarray]], fixed: dict[tuple, FixedParts]) -> list[BatchTable]:
+    """The table each request asks for, one evaluation per distinct inputs (their fixed parts kept in
+    `fixed` for the next round)."""
     groups: dict[tuple, list[int]] = {}
     for i, (inp, _) in enumerate(requests):
         groups.setdefault(inputs_key(inp), []).append(i)
     out: list[BatchTable | None] = [None] * len(requests)
-    for members in groups.values():
+    for key, members in groups.items():
         asked = [np.asarray(requests[i][1], dtype=float) for i in members]
         union = np.unique(np.concatenate(asked))
-        table = evaluate_batches(requests[members[0]][0], union)
+        inp = requests[members[0]][0]
+        if key not in fixed:
+            fixed[key] = fixed_parts(inp)
+        table = evaluate_batches(inp, union, fixed=fixed[key])
         for i, batches in zip(members, asked, strict=True):
             same = len(batches) == len(union) and bool(np.all(batches == union))
             out[i] = table if same else table.rows(np.searchsorted(union, batches))
@@ -50,6 +55,7 @@ def run_together(searches: list[Generator]) -> list:
     """Run `searches` (generators yielding (inputs, batches) and receiving that table) side by side;
     their return values, in order."""
     results: list = [None] * len(searches)
+    fixed: dict[tuple, FixedParts] = {}
     waiting: list[tuple[int, tuple]] = []
     for i, search in enumerate(searches):
         try:
@@ -57,7 +63,7 @@ def run_together(searches: list[Generator]) -> list:
         except StopIteration as done:
             results[i] = done.value
     while waiting:
-        tables = _tables([request for _, request in waiting])
+        tables = _tables([request for _, request in waiting], fixed)
         still = []
         for (i, _), table in zip(waiting, tables, strict=True):
             try:
