@@ -8,7 +8,7 @@ where prefill tokens ride along.
 Step 3 takes the slowest stage, then derives latencies, throughputs, memory and the prompt cache.
 """
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -157,7 +157,7 @@ class BatchTable:
 
     def rows(self, index: np.ndarray) -> "BatchTable":
         """The table at the batches `index` picks: each batch's row depends on that batch alone."""
-        picked = {f.name: value[index] for f in fields(self) if isinstance(value := getattr(self, f.name), np.ndarray)}
+        picked = {name: value[index] for name, value in self.__dict__.items() if isinstance(value, np.ndarray)}
         return replace(self, serving_step=tuple(term[index] for term in self.serving_step), **picked)
 
     @property

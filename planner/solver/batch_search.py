@@ -6,6 +6,7 @@ and comes back through `send`, so that `shared_tables.run_together` can evaluate
 workloads that differ only in their limits in one call.
 """
 
+import functools
 from collections.abc import Generator
 from dataclasses import dataclass
 
@@ -24,8 +25,13 @@ Request = tuple[DeploymentInputs, np.ndarray]  # what a search yields: the input
 
 
 def batch_grid(granularity: int, max_batch: int) -> np.ndarray:
+    return np.array(_grid(granularity, max_batch), dtype=float)
+
+
+@functools.lru_cache(maxsize=1024)  # a few dozen distinct grids, asked for by every workload and layout
+def _grid(granularity: int, max_batch: int) -> tuple[int, ...]:
     multiples = sorted({round(step * 2**k) for k in range(40) for step in GRID_STEPS if step * 2**k * granularity <= max_batch})
-    return np.array([m * granularity for m in multiples], dtype=float)
+    return tuple(m * granularity for m in multiples)
 
 
 @dataclass(frozen=True)

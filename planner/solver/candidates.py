@@ -278,7 +278,8 @@ def _layout_candidates(base: DeploymentInputs, workload: ResolvedWorkload, setti
     """One layout's candidates for `workload` in each role it allows, into `analysis`."""
     reasons = []
     for role in workload.roles:
-        found = yield from _cheapest_cache_option(replace(base, role=role), workload, settings, spans, notes, handoff, analysis)
+        inp = base if base.role is role else replace(base, role=role)
+        found = yield from _cheapest_cache_option(inp, workload, settings, spans, notes, handoff, analysis)
         if isinstance(found, str):
             reasons.append(found)
         else:
@@ -304,7 +305,8 @@ def _cheapest_cache_option(inp: DeploymentInputs, workload: ResolvedWorkload, se
     with the lowest cost per output token at its largest feasible batch wins."""
     best, reasons = None, []
     for option in _cache_options(inp, workload):
-        found = yield from _role_candidates(replace(inp, prefix_cache=option), workload, settings, spans, notes, handoff, analysis)
+        found = yield from _role_candidates(inp if inp.prefix_cache is option else replace(inp, prefix_cache=option), workload, settings,
+                                            spans, notes, handoff, analysis)
         if isinstance(found, str):
             reasons.append(found)
         elif best is None or found[0].usd_per_million_output_tokens < best[0].usd_per_million_output_tokens * (1 - 1e-12):

@@ -8,43 +8,38 @@ the same numbers a table of its batches alone has (a batch's row depends on that
 """
 
 from collections.abc import Generator
-from dataclasses import fields
 
 import numpy as np
 
 from planner.physics.batch_table import FixedParts, fixed_parts
 from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
 
-__all__ = ["inputs_key", "run_together"]
+__all__ = ["run_together"]
 
 
-def _part(value):
-    try:
-        hash(value)
-        return value
-    except TypeError:  # catalog objects (architecture, rack, overheads) outlive the searches
-        return ("id", id(value))
-
-
-def inputs_key(inp: DeploymentInputs) -> tuple:
-    """Equal for inputs that give equal tables (the catalog objects compared by identity)."""
-    return tuple(_part(getattr(inp, f.name)) for f in fields(inp))
-
-
-def _tables(requests: list[tuple[DeploymentInputs, np.ndarray]], fixed: dict[tuple, FixedParts]) -> list[BatchTable]:
+def _tables(requests: list[tuple[DeploymentInputs, np.ndarray]], fixed: list[tuple[DeploymentInputs, FixedParts]]) -> list[BatchTable]:
     """The table each request asks for, one evaluation per distinct inputs (their fixed parts kept in
-    `fixed` for the next round)."""
-    groups: dict[tuple, list[int]] = {}
+    `fixed` for the next round). Inputs compare by value; those of one layout share their catalog
+    objects, so comparing them is cheap."""
+    groups: list[tuple[DeploymentInputs, list[int]]] = []
     for i, (inp, _) in enumerate(requests):
-        groups.setdefault(inputs_key(inp), []).append(i)
+        members = next((members for first, members in groups if first == inp), None)
+        if members is None:
+            groups.append((inp, [i]))
+        else:
+            members.append(i)
     out: list[BatchTable | None] = [None] * len(requests)
-    for key, members in groups.items():
+    for inp, members in groups:
+        parts = next((parts for known, parts in fixed if known == inp), None)
+        if parts is None:
+            parts = fixed_parts(inp)
+            fixed.append((inp, parts))
+        if len(members) == 1:
+            out[members[0]] = evaluate_batches(inp, requests[members[0]][1], fixed=parts)
+            continue
         asked = [np.asarray(requests[i][1], dtype=float) for i in members]
         union = np.unique(np.concatenate(asked))
-        inp = requests[members[0]][0]
-        if key not in fixed:
-            fixed[key] = fixed_parts(inp)
-        table = evaluate_batches(inp, union, fixed=fixed[key])
+        table = evaluate_batches(inp, union, fixed=parts)
         for i, batches in zip(members, asked, strict=True):
             same = len(batches) == len(union) and bool(np.all(batches == union))
             out[i] = table if same else table.rows(np.searchsorted(union, batches))
@@ -55,7 +50,7 @@ def run_together(searches: list[Generator]) -> list:
     """Run `searches` (generators yielding (inputs, batches) and receiving that table) side by side;
     their return values, in order."""
     results: list = [None] * len(searches)
-    fixed: dict[tuple, FixedParts] = {}
+    fixed: list[tuple[DeploymentInputs, FixedParts]] = []
     waiting: list[tuple[int, tuple]] = []
     for i, search in enumerate(searches):
         try:
