@@ -140,7 +140,7 @@ PARALLEL_MIN_ANALYSES = 16
 # Workloads of one model and lengths on one rack type (they differ only in their limits) are analysed
 # together, sharing their batch tables (shared_tables); False analyses each alone, to the same candidates.
 SHARE_TABLES = True
-_FORKED: tuple | None = None  # what forked enumeration workers read: (resolved, settings, imbalance, groups)
+_FORKED: tuple | None = None  # what forked enumeration workers read: (resolved, settings, imbalance, batches)
 
 
 def _per_domain(imbalance: Callable[..., float], rack) -> Callable[[int], float]:
@@ -176,25 +176,28 @@ def _analyse_together(resolved: ResolvedProblem, settings: CandidateSettings, im
     return [(job[0], analysis) for job, analysis in zip(jobs, analyses, strict=True)]
 
 
-def _analyse_group(index: int) -> list[tuple[tuple, RackAnalysis]]:
-    """One worker's share: the analyses of one (model, lengths) group."""
-    resolved, settings, imbalance, groups = _FORKED
-    return [pair for jobs in groups[index] for pair in _analyse_together(resolved, settings, imbalance, jobs)]
+def _analyse_forked(index: int) -> list[tuple[tuple, RackAnalysis]]:
+    """One task of a forked worker: the jobs of one model, rack type and lengths."""
+    resolved, settings, imbalance, batches = _FORKED
+    return _analyse_together(resolved, settings, imbalance, batches[index])
+
+
+def _expected_cost(resolved: ResolvedProblem, jobs: list) -> int:
+    """A rough rank of the work in `jobs`: layouts grow with the scale-up domain, MoE models have more."""
+    _, w, rack, _ = jobs[0]
+    return len(jobs) * rack.n_accelerators * (2 if resolved.models[w.model_key].arch.is_moe else 1)
 
 
 def _analyses_in_parallel(resolved: ResolvedProblem, settings: CandidateSettings, imbalance, batches: list[list], workers: int) -> dict:
-    """The distinct analyses of `batches` (jobs analysed together) over forked processes, grouped by
-    model and lengths; the same dict a serial run fills."""
+    """The distinct analyses of `batches` (jobs analysed together) over forked processes, each batch
+    one task, the largest expected first so that the last tasks are short; the same dict a serial
+    run fills."""
     global _FORKED
-    groups: dict[tuple, list] = {}
-    for jobs in batches:
-        w = jobs[0][1]
-        groups.setdefault((w.model_key, w.input_tokens, w.output_tokens), []).append(jobs)
-    ordered = sorted(groups.values(), key=lambda group: sum(map(len, group)), reverse=True)  # largest first, for an even share
+    ordered = sorted(batches, key=lambda jobs: _expected_cost(resolved, jobs), reverse=True)
     _FORKED = (resolved, settings, imbalance, ordered)
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            return dict(pair for part in pool.map(_analyse_group, range(len(ordered))) for pair in part)
+            return dict(pair for part in pool.map(_analyse_forked, range(len(ordered))) for pair in part)
     finally:
         _FORKED = None
 
