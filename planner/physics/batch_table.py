@@ -65,16 +65,23 @@ def kv_reservation(inp: DeploymentInputs) -> tuple[float, str]:
                    f"{inp.engine.value} admits on current length and preempts)")
 
 
-def _memory(inp: DeploymentInputs, st: Stages, chunk: int, batches: np.ndarray) -> tuple[np.ndarray, ...]:
+def _memory_per_stage(inp: DeploymentInputs, st: Stages) -> tuple[np.ndarray, np.ndarray]:
+    """Weight bytes per accelerator and KV bytes a sequence holds, on each stage (pp,)."""
+    arch, lay, prec = inp.arch, inp.layout, inp.precisions
+    weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params * inp.expert_slot_factor,
+                                           lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
+    max_context, _ = kv_reservation(inp)
+    return weights, st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes))
+
+
+def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chunk: int, batches: np.ndarray) -> tuple[np.ndarray, ...]:
     """HBM use of the fullest stage's accelerators for each batch: weights, KV, activations (n,).
-    A prefill replica's batch is the prompts it holds (being computed or awaiting their hand-off)."""
+    A prefill replica's batch is the prompts it holds (being computed or awaiting their hand-off).
+    `per_stage`: its _memory_per_stage."""
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     per_rank = (batches / lay.dp_attn)[:, None]
-    weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params * inp.expert_slot_factor,
-                                           lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes) * np.ones_like(per_rank)
-    max_context, _ = kv_reservation(inp)
-    kv = kv_bytes_per_accelerator(per_rank, st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes)),
-                                  kv_shard_fraction(arch, lay.tp))
+    weights = per_stage[0] * np.ones_like(per_rank)
+    kv = kv_bytes_per_accelerator(per_rank, per_stage[1], kv_shard_fraction(arch, lay.tp))
     micro_per_rank = per_rank / lay.pp
     tokens = np.maximum(micro_per_rank, chunk)
     mlp_width = arch.dense_intermediate_size
@@ -157,8 +164,10 @@ class BatchTable:
 
     def rows(self, index: np.ndarray) -> "BatchTable":
         """The table at the batches `index` picks: each batch's row depends on that batch alone."""
-        picked = {name: value[index] for name, value in self.__dict__.items() if isinstance(value, np.ndarray)}
-        return replace(self, serving_step=tuple(term[index] for term in self.serving_step), **picked)
+        rows = object.__new__(BatchTable)  # a copy with the arrays cut (no __init__: the fields are this table's)
+        rows.__dict__.update({name: value[index] if isinstance(value, np.ndarray) else value for name, value in self.__dict__.items()},
+                             serving_step=tuple(term[index] for term in self.serving_step))
+        return rows
 
     @property
     def sustained_output_tokens_per_s(self) -> np.ndarray:
@@ -279,6 +288,7 @@ class FixedParts:
     prefill_latency_s: float
     prefill_tokens_per_s: float
     cache_hit_latency_s: float
+    memory_per_stage: tuple[np.ndarray, np.ndarray]  # weight bytes per accelerator, KV bytes per sequence (pp,)
 
 
 def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> FixedParts:
@@ -292,7 +302,8 @@ def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Fix
                             float(pf.terms.overhead[k]), model, float(pf.terms.low_ratio[k]), float(pf.terms.high_ratio[k]))
     prefill_latency = (pf.passes_per_prompt + lay.pp - 1) * prefill_step.total_s
     prefill_rate = pf.tokens * lay.dp_attn / prefill_step.total_s
-    return FixedParts(ctx, model, pf, prefill_step, prefill_latency, prefill_rate, _cache_hit_latency(inp, prefill_latency))
+    return FixedParts(ctx, model, pf, prefill_step, prefill_latency, prefill_rate, _cache_hit_latency(inp, prefill_latency),
+                      _memory_per_stage(inp, ctx.st))
 
 
 def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None, fixed: FixedParts | None = None) -> BatchTable:
@@ -310,7 +321,7 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     decode_slowest = np.argmax(decode_totals, axis=1)
     decode_tpot = lay.pp * decode_totals[rows, decode_slowest]
     passes_per_prompt = pf.passes_per_prompt
-    weights_bytes, kv_bytes, activations_bytes = _memory(inp, ctx.st, pf.tokens, batches)
+    weights_bytes, kv_bytes, activations_bytes = _memory(inp, fixed.memory_per_stage, pf.tokens, batches)
 
     serving = _serving_terms(ctx, decode, mixed, riders, pf)
     totals = _totals(serving, inp, model)

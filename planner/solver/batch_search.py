@@ -65,19 +65,35 @@ def _checks(table: BatchTable, limits: Limits) -> list[tuple[str, np.ndarray]]:
     return checks
 
 
-def feasible(table: BatchTable, limits: Limits) -> np.ndarray:
+def _all_pass(table: BatchTable, checks: list[tuple[str, np.ndarray]]) -> np.ndarray:
     ok = np.ones_like(table.batches, dtype=bool)
-    for _, passed in _checks(table, limits):
+    for _, passed in checks:
         ok &= passed
     return ok
 
 
-def limit_reason(table: BatchTable, limits: Limits, index: int) -> BatchLimit:
-    """Which constraint the batch after `index` violates (the one that stopped the batch growing)."""
-    for name, passed in _checks(table, limits):
+def _first_failed(checks: list[tuple[str, np.ndarray]], index: int) -> BatchLimit:
+    for name, passed in checks:
         if not passed[index]:
             return BatchLimit(name)
     return BatchLimit.MAX_BATCH
+
+
+def feasible(table: BatchTable, limits: Limits) -> np.ndarray:
+    return _all_pass(table, _checks(table, limits))
+
+
+def limit_reason(table: BatchTable, limits: Limits, index: int) -> BatchLimit:
+    """Which constraint the batch after `index` violates (the one that stopped the batch growing)."""
+    return _first_failed(_checks(table, limits), index)
+
+
+def _probes(lo: int, hi: int) -> np.ndarray:
+    """Batches (in multiples of the granularity) to evaluate between `lo` and `hi`: all of them when
+    they are few (what the evenly spaced points are then), else REFINE_POINTS evenly spaced."""
+    if hi - lo + 1 <= REFINE_POINTS:
+        return np.arange(lo, hi + 1)
+    return np.unique(np.linspace(lo, hi, num=REFINE_POINTS).round().astype(int))
 
 
 def largest_feasible_batch(inp: DeploymentInputs, limits: Limits,
@@ -86,18 +102,20 @@ def largest_feasible_batch(inp: DeploymentInputs, limits: Limits,
     refinement between grid points, and the reason the next batch fails."""
     q = inp.layout.pp * inp.layout.dp_attn
     grid = table.batches
-    ok = feasible(table, limits)
+    checks = _checks(table, limits)
+    ok = _all_pass(table, checks)
     if not ok[0]:
         return None
     last = int(np.flatnonzero(ok)[-1])
     if last == len(grid) - 1:
         return table, last, BatchLimit.MAX_BATCH
     lo, hi = int(grid[last]) // q, int(grid[last + 1]) // q  # multiples of q: lo feasible, hi not
-    reason = limit_reason(table, limits, last + 1)
+    reason = _first_failed(checks, last + 1)
     while hi - lo > 1:
-        probe = np.unique(np.linspace(lo, hi, num=min(hi - lo + 1, REFINE_POINTS)).round().astype(int))
+        probe = _probes(lo, hi)
         fine = yield inp, probe * q
-        best = int(np.flatnonzero(feasible(fine, limits))[-1])
+        checks = _checks(fine, limits)
+        best = int(np.flatnonzero(_all_pass(fine, checks))[-1])
         lo, hi = int(probe[best]), int(probe[best + 1])
-        table, last, reason = fine, best, limit_reason(fine, limits, best + 1)
+        table, last, reason = fine, best, _first_failed(checks, best + 1)
     return table, last, reason

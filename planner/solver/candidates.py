@@ -16,7 +16,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from planner.hardware.catalog import Overheads, RackType
-from planner.model.architecture import ModelArch, kv_bytes_per_sequence, param_counts
+from planner.model.architecture import (
+    ModelArch,
+    ParamCounts,
+    kv_bytes_per_sequence,
+    param_counts,
+)
 from planner.modes import (
     BatchLimit,
     Confidence,
@@ -161,9 +166,8 @@ def _powers_of_two(limit: int) -> list[int]:
     return [2**k for k in range(int(math.log2(limit)) + 1)] if limit >= 1 else []
 
 
-def _weights_fit(arch: ModelArch, layout: Layout, precisions: Precisions, capacity: float, reserve: float) -> bool:
+def _weights_fit(counts: ParamCounts, layout: Layout, precisions: Precisions, capacity: float, reserve: float) -> bool:
     """Cheap screen before any graph work: even-split weights plus the runtime reserve fit HBM."""
-    counts = param_counts(arch)
     routed = counts.layers_routed_total
     dense = counts.total - routed
     per_accelerator = (dense * precisions.weight_bytes / layout.tp + routed * precisions.expert_weight_bytes / layout.stage_size) / layout.pp
@@ -175,6 +179,7 @@ def enumerate_layouts(arch: ModelArch, rack: RackType, precisions: Precisions, o
     """Valid layouts with power-of-two stage sizes up to `max_stage_size`."""
     capacity = rack.accelerator.hbm_capacity_bytes
     reserve = overheads.runtime_reserved_bytes
+    counts = param_counts(arch)
     for stage in _powers_of_two(max_stage_size):
         for tp in _powers_of_two(stage):
             dp_attn = stage // tp
@@ -185,7 +190,7 @@ def enumerate_layouts(arch: ModelArch, rack: RackType, precisions: Precisions, o
                 ep_options = {e for e in (1, dp_attn, stage) if arch.moe.n_routed_experts % e == 0}
             for ep in sorted(ep_options):
                 base = Layout(tp=tp, ep=ep, pp=1, dp_attn=dp_attn)
-                fewest = next((p for p in _powers_of_two(MAX_PIPELINE_STAGES) if _weights_fit(arch, Layout(tp, ep, p, dp_attn), precisions, capacity, reserve)), None)
+                fewest = next((p for p in _powers_of_two(MAX_PIPELINE_STAGES) if _weights_fit(counts, Layout(tp, ep, p, dp_attn), precisions, capacity, reserve)), None)
                 if fewest is None:
                     yield base  # reported as an HBM rejection
                     continue
