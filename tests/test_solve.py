@@ -229,10 +229,9 @@ def test_a_pipeline_is_explained_by_the_weights_that_do_not_fit_one_box(solved_b
 
 
 def test_shared_batch_grids_change_no_candidate(monkeypatch):
-    # Workloads of one model and lengths share their batch-grid tables during enumeration; with the
-    # sharing switched off, every candidate and every figure must come out the same.
-    from contextlib import nullcontext
-
+    # Workloads of one model and lengths are analysed together and share their batch tables (one
+    # evaluation over the union of the batches each asks for); analysed one by one, every candidate,
+    # every figure and every rejection must come out the same.
     from planner.solver import solve as solve_module
     from planner.solver.solve import prepare
 
@@ -241,12 +240,18 @@ def test_shared_batch_grids_change_no_candidate(monkeypatch):
            "workloads": [{"name": f"w{i}", "model": "ab"[i % 2], "input_tokens": 2048, "output_tokens": 256,
                           "tpot_limit_ms": [30, 50, 80][i % 3], "demand": {"output_tokens_per_s": 5000}} for i in range(6)]}
     resolved = resolve_problem(parse_problem(raw))
-    shared, _ = prepare(resolved)
-    monkeypatch.setattr(solve_module, "shared_evaluations", nullcontext)
-    alone, _ = prepare(resolved)
+    shared, shared_analyses = prepare(resolved)
+    monkeypatch.setattr(solve_module, "SHARE_TABLES", False)
+    alone, alone_analyses = prepare(resolved)
     assert len(shared.candidates) == len(alone.candidates) > 0
     for a, b in zip(shared.candidates, alone.candidates, strict=True):
         assert a == b and a.tpot_s == b.tpot_s and a.ttft_s == b.ttft_s and a.output_tokens_per_s == b.output_tokens_per_s
+        assert a.inputs == b.inputs and a.batch_limit == b.batch_limit
+    assert shared_analyses.keys() == alone_analyses.keys()
+    for key, analysis in shared_analyses.items():
+        other = alone_analyses[key]
+        assert (analysis.rejected, analysis.layouts_tried, analysis.min_tpot_s, analysis.min_ttft_s, analysis.min_hbm_need_bytes) == \
+            (other.rejected, other.layouts_tried, other.min_tpot_s, other.min_ttft_s, other.min_hbm_need_bytes)
 
 
 def test_enumeration_over_processes_gives_the_serial_candidates(monkeypatch):

@@ -26,10 +26,16 @@ from planner.physics.memory import (
 )
 from planner.physics.roofline import StepTime, step_total_s
 from planner.physics.stages import Stages, stages
-from planner.physics.step import StepContext, StepTerms, decode_terms, prefill_pass
+from planner.physics.step import (
+    PrefillPass,
+    StepContext,
+    StepTerms,
+    decode_terms,
+    prefill_pass,
+)
 
-__all__ = ["PAGED_KV_HEADROOM", "WORST_CASE_QUEUE_DEPARTURES", "BatchTable", "evaluate_batches", "kv_reservation",
-           "step_context"]
+__all__ = ["PAGED_KV_HEADROOM", "WORST_CASE_QUEUE_DEPARTURES", "BatchTable", "FixedParts", "evaluate_batches", "fixed_parts",
+           "kv_reservation", "step_context"]
 
 WORST_CASE_QUEUE_DEPARTURES = 2  # claim 3: a request waits at most about two batch departures
 # Engines page the KV cache and hold each sequence at its current length; in steady in-flight
@@ -59,16 +65,23 @@ def kv_reservation(inp: DeploymentInputs) -> tuple[float, str]:
                    f"{inp.engine.value} admits on current length and preempts)")
 
 
-def _memory(inp: DeploymentInputs, st: Stages, chunk: int, batches: np.ndarray) -> tuple[np.ndarray, ...]:
+def _memory_per_stage(inp: DeploymentInputs, st: Stages) -> tuple[np.ndarray, np.ndarray]:
+    """Weight bytes per accelerator and KV bytes a sequence holds, on each stage (pp,)."""
+    arch, lay, prec = inp.arch, inp.layout, inp.precisions
+    weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params * inp.expert_slot_factor,
+                                           lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
+    max_context, _ = kv_reservation(inp)
+    return weights, st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes))
+
+
+def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chunk: int, batches: np.ndarray) -> tuple[np.ndarray, ...]:
     """HBM use of the fullest stage's accelerators for each batch: weights, KV, activations (n,).
-    A prefill replica's batch is the prompts it holds (being computed or awaiting their hand-off)."""
+    A prefill replica's batch is the prompts it holds (being computed or awaiting their hand-off).
+    `per_stage`: its _memory_per_stage."""
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     per_rank = (batches / lay.dp_attn)[:, None]
-    weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params * inp.expert_slot_factor,
-                                           lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes) * np.ones_like(per_rank)
-    max_context, _ = kv_reservation(inp)
-    kv = kv_bytes_per_accelerator(per_rank, st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes)),
-                                  kv_shard_fraction(arch, lay.tp))
+    weights = per_stage[0] * np.ones_like(per_rank)
+    kv = kv_bytes_per_accelerator(per_rank, per_stage[1], kv_shard_fraction(arch, lay.tp))
     micro_per_rank = per_rank / lay.pp
     tokens = np.maximum(micro_per_rank, chunk)
     mlp_width = arch.dense_intermediate_size
@@ -149,6 +162,13 @@ class BatchTable:
     output_tokens: int
     role: ServingRole = ServingRole.AGGREGATED
 
+    def rows(self, index: np.ndarray) -> "BatchTable":
+        """The table at the batches `index` picks: each batch's row depends on that batch alone."""
+        rows = object.__new__(BatchTable)  # a copy with the arrays cut (no __init__: the fields are this table's)
+        rows.__dict__.update({name: value[index] if isinstance(value, np.ndarray) else value for name, value in self.__dict__.items()},
+                             serving_step=tuple(term[index] for term in self.serving_step))
+        return rows
+
     @property
     def sustained_output_tokens_per_s(self) -> np.ndarray:
         """Output tokens per second per replica: batch / TPOT, prefill included for an aggregated
@@ -215,18 +235,33 @@ def _totals(terms: StepTerms, inp: DeploymentInputs, model: StepModel) -> np.nda
     return step_total_s(terms.compute, terms.weights, terms.kv, terms.comm, inp.overlap, terms.overhead, model)
 
 
-def _serving_terms(ctx: StepContext, batches: np.ndarray, decode: StepTerms, pf) -> tuple[StepTerms, np.ndarray]:
-    """The step a user waits on: for an aggregated replica, the decode step with its share of the
-    prompts riding along (batch x prompt tokens computed / output tokens per replica step)."""
+def _decode_and_mixed(ctx: StepContext, batches: np.ndarray) -> tuple[StepTerms, np.ndarray, StepTerms | None, np.ndarray]:
+    """The pure decode step (its expert touch), and for an aggregated replica the mixed step where its
+    share of the prompts rides along (batch x prompt tokens computed / output tokens per replica
+    step), with those riders: both from one evaluation of stacked rows (a pure row is a mixed row
+    without riders; the rows do not interact)."""
     inp, lay = ctx.inp, ctx.inp.layout
     if inp.role is not ServingRole.AGGREGATED:
-        return decode, np.zeros_like(batches)
+        decode, touch = decode_terms(ctx, batches)
+        return decode, touch, None, np.zeros_like(batches)
+    n = len(batches)
     riders = batches / lay.pp * inp.prefilled_tokens / inp.output_tokens
+    both, touch = decode_terms(ctx, np.concatenate([batches, batches]), np.concatenate([np.zeros_like(riders), riders]))
+    pure, mixed = (StepTerms(*(a[part] for a in (both.compute, both.weights, both.kv, both.comm, both.overhead, both.low_ratio,
+                                                  both.high_ratio))) for part in (slice(None, n), slice(n, None)))
+    return pure, touch[:n], mixed, riders
+
+
+def _serving_terms(ctx: StepContext, decode: StepTerms, mixed: StepTerms | None, riders: np.ndarray, pf) -> StepTerms:
+    """The step a user waits on: the decode step, or for an aggregated replica the mixed step with
+    the riders' attention (calibrated) or their FLOPs and KV reads (roofline) added."""
+    lay = ctx.inp.layout
+    if mixed is None:
+        return decode
     per_pass = (riders / (pf.tokens * lay.dp_attn))[:, None]
-    mixed, _ = decode_terms(ctx, batches, riders)
     if ctx.calibrated:  # the riders' GEMM rows are in the mixed kernels; add their attention
-        return replace(mixed, compute=mixed.compute + per_pass * pf.attention_s), riders
-    return replace(mixed, compute=mixed.compute + per_pass * pf.terms.compute, kv=mixed.kv + per_pass * pf.terms.kv), riders
+        return replace(mixed, compute=mixed.compute + per_pass * pf.attention_s)
+    return replace(mixed, compute=mixed.compute + per_pass * pf.terms.compute, kv=mixed.kv + per_pass * pf.terms.kv)
 
 
 def _queue_and_ttft(inp: DeploymentInputs, batches, stage_time, tpot, passes_s, prefill_rate, prefill_latency, hit_latency):
@@ -241,33 +276,58 @@ def _queue_and_ttft(inp: DeploymentInputs, batches, stage_time, tpot, passes_s, 
     return queue, queue + _worst_prefill_latency(inp, prefill_latency, hit_latency), requests_per_s
 
 
-def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None) -> BatchTable:
-    """Evaluate `inp`'s layout at every batch in `batches` (inp.batch_per_replica is ignored)."""
-    accel, lay = inp.rack.accelerator, inp.layout
+@dataclass(frozen=True)
+class FixedParts:
+    """What a layout's table needs that does not depend on the batch: the step context and the
+    prefill pass (evaluate once, then at any batches)."""
+
+    ctx: StepContext
+    model: StepModel
+    pf: PrefillPass
+    prefill_step: StepTime  # one prefill pass through the slowest stage
+    prefill_latency_s: float
+    prefill_tokens_per_s: float
+    cache_hit_latency_s: float
+    memory_per_stage: tuple[np.ndarray, np.ndarray]  # weight bytes per accelerator, KV bytes per sequence (pp,)
+
+
+def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> FixedParts:
+    lay = inp.layout
     ctx = step_context(inp, links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s))
     model = StepModel.CALIBRATED if ctx.calibrated else StepModel.ROOFLINE
-    batches = np.asarray(batches, dtype=float)
-    rows = np.arange(len(batches))
-
-    decode, touch = decode_terms(ctx, batches)
-    decode_slowest = np.argmax(_totals(decode, inp, model), axis=1)
-    decode_tpot = lay.pp * _totals(decode, inp, model)[rows, decode_slowest]
     pf = prefill_pass(ctx)
     pass_totals = _totals(pf.terms, inp, model)
     k = int(np.argmax(pass_totals))
     prefill_step = StepTime(*(float(a[k]) for a in (pf.terms.compute, pf.terms.weights, pf.terms.kv, pf.terms.comm)), inp.overlap,
                             float(pf.terms.overhead[k]), model, float(pf.terms.low_ratio[k]), float(pf.terms.high_ratio[k]))
-    passes_per_prompt = pf.passes_per_prompt
-    prefill_latency = (passes_per_prompt + lay.pp - 1) * prefill_step.total_s
+    prefill_latency = (pf.passes_per_prompt + lay.pp - 1) * prefill_step.total_s
     prefill_rate = pf.tokens * lay.dp_attn / prefill_step.total_s
-    weights_bytes, kv_bytes, activations_bytes = _memory(inp, ctx.st, pf.tokens, batches)
+    return FixedParts(ctx, model, pf, prefill_step, prefill_latency, prefill_rate, _cache_hit_latency(inp, prefill_latency),
+                      _memory_per_stage(inp, ctx.st))
 
-    serving, riders = _serving_terms(ctx, batches, decode, pf)
+
+def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None, fixed: FixedParts | None = None) -> BatchTable:
+    """Evaluate `inp`'s layout at every batch in `batches` (inp.batch_per_replica is ignored);
+    `fixed`: its fixed_parts(inp, links), when the caller has them already."""
+    accel, lay = inp.rack.accelerator, inp.layout
+    fixed = fixed or fixed_parts(inp, links)
+    ctx, model, pf, prefill_step = fixed.ctx, fixed.model, fixed.pf, fixed.prefill_step
+    prefill_latency, prefill_rate, hit_latency = fixed.prefill_latency_s, fixed.prefill_tokens_per_s, fixed.cache_hit_latency_s
+    batches = np.asarray(batches, dtype=float)
+    rows = np.arange(len(batches))
+
+    decode, touch, mixed, riders = _decode_and_mixed(ctx, batches)
+    decode_totals = _totals(decode, inp, model)
+    decode_slowest = np.argmax(decode_totals, axis=1)
+    decode_tpot = lay.pp * decode_totals[rows, decode_slowest]
+    passes_per_prompt = pf.passes_per_prompt
+    weights_bytes, kv_bytes, activations_bytes = _memory(inp, fixed.memory_per_stage, pf.tokens, batches)
+
+    serving = _serving_terms(ctx, decode, mixed, riders, pf)
     totals = _totals(serving, inp, model)
     slowest = np.argmax(totals, axis=1)
     stage_time = totals[rows, slowest]
     tpot = lay.pp * stage_time
-    hit_latency = _cache_hit_latency(inp, prefill_latency)
     queue, ttft, requests_per_s = _queue_and_ttft(inp, batches, stage_time, tpot, passes_per_prompt * prefill_step.total_s,
                                                   prefill_rate, prefill_latency, hit_latency)
     cache_bytes, cache_fits, storage, cache_in_hbm = _prompt_cache(inp, requests_per_s)

@@ -58,7 +58,7 @@ from planner.physics.stages import (
 )
 from planner.precision import Precision
 
-__all__ = ["ALL_REDUCES_PER_LAYER", "DISPATCH_AND_COMBINE", "StepContext", "StepTerms", "decode_terms", "prefill_pass"]
+__all__ = ["ALL_REDUCES_PER_LAYER", "DISPATCH_AND_COMBINE", "PrefillPass", "StepContext", "StepTerms", "decode_terms", "prefill_pass"]
 
 ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style tensor parallelism)
 DISPATCH_AND_COMBINE = 2  # an expert all-to-all goes out (dispatch) and comes back (combine)
@@ -314,8 +314,9 @@ def _combine(classes: list[KernelTime], comm: np.ndarray, comm_spread: Spread) -
     kv = attention.memory_s
     overhead = sum(c.fixed_s for c in gemm) + attention.fixed_s + elementwise.total_s
     total = compute + weights + kv + overhead + comm
-    low = sum(c.range_s()[0] for c in classes) + comm * comm_spread.p10 / comm_spread.p50
-    high = sum(c.range_s()[1] for c in classes) + comm * comm_spread.p90 / comm_spread.p50
+    ranges = [c.range_s() for c in classes]
+    low = sum(r[0] for r in ranges) + comm * comm_spread.p10 / comm_spread.p50
+    high = sum(r[1] for r in ranges) + comm * comm_spread.p90 / comm_spread.p50
     safe = np.where(total > 0, total, 1.0)
     return StepTerms(compute, weights, kv, comm, overhead, low / safe, high / safe)
 

@@ -3,19 +3,25 @@ batch its limits allow, evaluated with the roofline, then pruned to the non-domi
 
 Step 1 enumerates layouts (power-of-two stage sizes that fit a scale-up domain unless spanning is allowed,
 TP degrees that divide the heads, EP degrees that divide the experts, enough pipeline stages for the weights).
-Step 2 evaluates each layout on a grid of batch sizes at once (grids shared between workloads, see
-grid_memo) and refines the largest batch that fits HBM and meets TPOT and TTFT, noting what stopped it.
+Step 2 evaluates each layout on a grid of batch sizes at once and refines the largest batch that fits
+HBM and meets TPOT and TTFT, noting what stopped it (batch_search); workloads that differ only in their
+limits are analysed together and share these tables (shared_tables).
 Step 3 keeps, per rack type, the candidates no other candidate beats on every axis.
 """
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from planner.hardware.catalog import Overheads, RackType
-from planner.model.architecture import ModelArch, kv_bytes_per_sequence, param_counts
+from planner.model.architecture import (
+    ModelArch,
+    ParamCounts,
+    kv_bytes_per_sequence,
+    param_counts,
+)
 from planner.modes import (
     BatchLimit,
     Confidence,
@@ -32,20 +38,26 @@ from planner.physics.deployment import (
     layout_issues,
     quantization_issues,
 )
-from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
+from planner.physics.estimate import BatchTable, DeploymentInputs
 from planner.physics.kv_cache import CacheUse, tiers_for
 from planner.physics.links import default_replica_links, kv_handoff_s
 from planner.problem.resolve import ResolvedWorkload, resolve_precisions
 from planner.problem.schema import PrecisionSpec
-from planner.solver.grid_memo import shared_grid
+from planner.solver.batch_search import (
+    Request,
+    batch_grid,
+    feasible,
+    largest_feasible_batch,
+    limit_reason,
+    limits_for,
+)
+from planner.solver.shared_tables import run_together
 from planner.units import SECONDS_PER_HOUR
 
 __all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_s"]
 
 MAX_PIPELINE_STAGES = 16
 EXTRA_PIPELINE_DOUBLINGS = 2  # also try 2x and 4x the fewest stages that hold the weights
-GRID_STEPS = (1.0, 1.5)
-REFINE_POINTS = 257  # batch sizes evaluated at once when refining between two grid points  # batch grid: multiples 1, 1.5, 2, 3, 4, 6, 8, ... of the batch granularity
 
 
 @dataclass(frozen=True)
@@ -154,9 +166,8 @@ def _powers_of_two(limit: int) -> list[int]:
     return [2**k for k in range(int(math.log2(limit)) + 1)] if limit >= 1 else []
 
 
-def _weights_fit(arch: ModelArch, layout: Layout, precisions: Precisions, capacity: float, reserve: float) -> bool:
+def _weights_fit(counts: ParamCounts, layout: Layout, precisions: Precisions, capacity: float, reserve: float) -> bool:
     """Cheap screen before any graph work: even-split weights plus the runtime reserve fit HBM."""
-    counts = param_counts(arch)
     routed = counts.layers_routed_total
     dense = counts.total - routed
     per_accelerator = (dense * precisions.weight_bytes / layout.tp + routed * precisions.expert_weight_bytes / layout.stage_size) / layout.pp
@@ -168,6 +179,7 @@ def enumerate_layouts(arch: ModelArch, rack: RackType, precisions: Precisions, o
     """Valid layouts with power-of-two stage sizes up to `max_stage_size`."""
     capacity = rack.accelerator.hbm_capacity_bytes
     reserve = overheads.runtime_reserved_bytes
+    counts = param_counts(arch)
     for stage in _powers_of_two(max_stage_size):
         for tp in _powers_of_two(stage):
             dp_attn = stage // tp
@@ -178,7 +190,7 @@ def enumerate_layouts(arch: ModelArch, rack: RackType, precisions: Precisions, o
                 ep_options = {e for e in (1, dp_attn, stage) if arch.moe.n_routed_experts % e == 0}
             for ep in sorted(ep_options):
                 base = Layout(tp=tp, ep=ep, pp=1, dp_attn=dp_attn)
-                fewest = next((p for p in _powers_of_two(MAX_PIPELINE_STAGES) if _weights_fit(arch, Layout(tp, ep, p, dp_attn), precisions, capacity, reserve)), None)
+                fewest = next((p for p in _powers_of_two(MAX_PIPELINE_STAGES) if _weights_fit(counts, Layout(tp, ep, p, dp_attn), precisions, capacity, reserve)), None)
                 if fewest is None:
                     yield base  # reported as an HBM rejection
                     continue
@@ -191,80 +203,6 @@ def enumerate_layouts(arch: ModelArch, rack: RackType, precisions: Precisions, o
                     if max_accelerators is not None and stage * pp > max_accelerators:
                         break
                     yield Layout(tp=tp, ep=ep, pp=pp, dp_attn=dp_attn)
-
-
-def _batch_grid(granularity: int, max_batch: int) -> np.ndarray:
-    multiples = sorted({round(step * 2**k) for k in range(40) for step in GRID_STEPS if step * 2**k * granularity <= max_batch})
-    return np.array([m * granularity for m in multiples], dtype=float)
-
-
-@dataclass(frozen=True)
-class _Limits:
-    """What a batch must satisfy: the workload's limits, and for a decode replica the NICs that
-    receive its requests' KV caches."""
-
-    tpot_s: float | None
-    ttft_s: float | None
-    inbound_bytes_per_s: float | None = None  # NIC capacity for KV arriving at a decode replica
-    kv_per_request_bytes: float = 0.0
-    output_tokens: int = 1
-    slow_end: bool = False  # hold the latency limits at the p90 of the prediction's range
-
-
-def _limits(workload: ResolvedWorkload, role: ServingRole, nic_bytes_per_s: float, kv_bytes: float, slow_end: bool = False) -> _Limits:
-    if role is ServingRole.DECODE:  # TTFT is checked on prefill-decode pairs
-        return _Limits(workload.tpot_limit_s, None, nic_bytes_per_s, kv_bytes, workload.output_tokens, slow_end)
-    return _Limits(workload.tpot_limit_s, workload.ttft_limit_s, slow_end=slow_end)
-
-
-def _checks(table: BatchTable, limits: _Limits) -> list[tuple[str, np.ndarray]]:
-    checks = [("hbm", table.fits)]
-    if limits.tpot_s is not None:
-        checks.append(("tpot", (table.tpot_high_s if limits.slow_end else table.tpot_s) <= limits.tpot_s))
-    if limits.ttft_s is not None:
-        checks.append(("ttft", (table.ttft_high_s if limits.slow_end else table.ttft_s) <= limits.ttft_s))
-    if limits.inbound_bytes_per_s is not None:
-        inbound = table.sustained_output_tokens_per_s / limits.output_tokens * limits.kv_per_request_bytes
-        checks.append(("nic", inbound <= limits.inbound_bytes_per_s))
-    return checks
-
-
-def _feasible(table: BatchTable, limits: _Limits) -> np.ndarray:
-    ok = np.ones_like(table.batches, dtype=bool)
-    for _, passed in _checks(table, limits):
-        ok &= passed
-    return ok
-
-
-def _limit_reason(table: BatchTable, limits: _Limits, index: int) -> BatchLimit:
-    """Which constraint the batch after `index` violates (the one that stopped the batch growing)."""
-    for name, passed in _checks(table, limits):
-        if not passed[index]:
-            return BatchLimit(name)
-    return BatchLimit.MAX_BATCH
-
-
-def _largest_feasible_batch(inp: DeploymentInputs, workload: _Limits, table: BatchTable,
-                            max_batch: int) -> tuple[BatchTable, int, str] | None:
-    """From the layout's table on its batch grid: the largest feasible batch after an exact
-    refinement between grid points, and the reason the next batch fails."""
-    q = inp.layout.pp * inp.layout.dp_attn
-    grid = table.batches
-    ok = _feasible(table, workload)
-    if not ok[0]:
-        return None
-    last = int(np.flatnonzero(ok)[-1])
-    if last == len(grid) - 1:
-        return table, last, BatchLimit.MAX_BATCH
-    lo, hi = int(grid[last]) // q, int(grid[last + 1]) // q  # multiples of q: lo feasible, hi not
-    reason = _limit_reason(table, workload, last + 1)
-    while hi - lo > 1:
-        probe = np.unique(np.linspace(lo, hi, num=min(hi - lo + 1, REFINE_POINTS)).round().astype(int))
-        fine = evaluate_batches(inp, probe * q)
-        best = int(np.flatnonzero(_feasible(fine, workload))[-1])
-        lo, hi = int(probe[best]), int(probe[best + 1])
-        table, last, reason = fine, best, _limit_reason(fine, workload, best + 1)
-    return table, last, reason
 
 
 def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTable, i: int, reason: str,
@@ -304,42 +242,55 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
     )
 
 
-def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType, workload: ResolvedWorkload,
+def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType, workloads: Sequence[ResolvedWorkload],
                  overheads: Overheads, settings: CandidateSettings, max_accelerators: int | None,
-                 expert_imbalance: Callable[[int], float] = lambda ep: 1.0, expert_routing: str | None = None) -> RackAnalysis:
-    """All candidates for `workload` on `rack` in each serving role the workload allows, and the
-    reasons other layouts were rejected. `expert_imbalance(ep)` is the hottest rank's expert load
-    over the mean for `ep` ranks; `expert_routing` the skew of the expert kernels (None: the model's)."""
+                 expert_imbalance: Callable[[int], float] = lambda ep: 1.0, expert_routing: str | None = None) -> list[RackAnalysis]:
+    """For each of `workloads` (of one model and lengths, differing in their limits), all candidates
+    on `rack` in each serving role the workload allows, and the reasons other layouts were rejected;
+    their batch tables are evaluated together. `expert_imbalance(ep)` is the hottest rank's expert
+    load over the mean for `ep` ranks; `expert_routing` the skew of the expert kernels (None: the model's)."""
     precisions, notes = resolve_precisions(precision_spec, arch, rack.accelerator)
-    analysis = RackAnalysis(workload.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes)
     max_stage = rack.n_accelerators if not settings.allow_spanning_domains else max(rack.n_accelerators, max_accelerators or 1024)
-    analysis.max_stage_size = max_stage
+    analyses = [RackAnalysis(w.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes, max_stage_size=max_stage)
+                for w in workloads]
     accel = rack.accelerator
     for layout in enumerate_layouts(arch, rack, precisions, overheads, max_stage, max_accelerators):
-        analysis.layouts_tried += 1
+        for analysis in analyses:
+            analysis.layouts_tried += 1
         if layout_issues(arch, layout, layout.pp * layout.dp_attn) or quantization_issues(arch, layout, precisions):
-            analysis.reject("invalid")
+            for analysis in analyses:
+                analysis.reject("invalid")
             continue
         spread = arch.is_moe and layout.ep > 1
-        base = DeploymentInputs(arch, rack, layout, layout.pp * layout.dp_attn, workload.input_tokens, workload.output_tokens,
-                                precisions, overheads, settings.overlap, settings.prefill_chunk_tokens, notes,
-                                expert_imbalance(layout.ep) if spread else 1.0,
-                                settings.redundant_experts_per_rank if spread else 0, engine=settings.engine,
-                                step_model=settings.step_model, expert_routing=expert_routing)
+        imbalance = expert_imbalance(layout.ep) if spread else 1.0
         links = default_replica_links(rack, layout, overheads.collective_latency_s)
         spans = links.tp.spans_domains or links.stage.spans_domains  # pipeline stages may sit in different racks
-        handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),
-                   layout.n_accelerators * accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction)
-        reasons = []
-        for role in workload.roles:
-            found = _cheapest_cache_option(replace(base, role=role), workload, settings, spans, notes, handoff, analysis)
-            if isinstance(found, str):
-                reasons.append(found)
-            else:
-                analysis.candidates.extend(found)
-        if len(reasons) == len(workload.roles):
-            analysis.reject(reasons[0])
-    return analysis
+        searches = []
+        for workload, analysis in zip(workloads, analyses, strict=True):
+            base = DeploymentInputs(arch, rack, layout, layout.pp * layout.dp_attn, workload.input_tokens, workload.output_tokens,
+                                    precisions, overheads, settings.overlap, settings.prefill_chunk_tokens, notes, imbalance,
+                                    settings.redundant_experts_per_rank if spread else 0, engine=settings.engine,
+                                    step_model=settings.step_model, expert_routing=expert_routing)
+            handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),
+                       layout.n_accelerators * accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction)
+            searches.append(_layout_candidates(base, workload, settings, spans, notes, handoff, analysis))
+        run_together(searches)
+    return analyses
+
+
+def _layout_candidates(base: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
+                       notes: tuple[str, ...], handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, None]:
+    """One layout's candidates for `workload` in each role it allows, into `analysis`."""
+    reasons = []
+    for role in workload.roles:
+        inp = base if base.role is role else replace(base, role=role)
+        found = yield from _cheapest_cache_option(inp, workload, settings, spans, notes, handoff, analysis)
+        if isinstance(found, str):
+            reasons.append(found)
+        else:
+            analysis.candidates.extend(found)
+    if len(reasons) == len(workload.roles):
+        analysis.reject(reasons[0])
 
 
 def _cache_options(inp: DeploymentInputs, workload: ResolvedWorkload) -> list[CacheUse | None]:
@@ -352,14 +303,15 @@ def _cache_options(inp: DeploymentInputs, workload: ResolvedWorkload) -> list[Ca
     return ([None] if request.tier == "auto" else []) + options
 
 
-def _cheapest_cache_option(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
-                           notes: tuple[str, ...], handoff: tuple[float, float], analysis: RackAnalysis) -> list[Candidate] | str:
+def _cheapest_cache_option(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool, notes: tuple[str, ...],
+                           handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, list[Candidate] | str]:
     """The layout's candidates in one role with the cheapest place for its prompt cache: holding a
     prefix costs its tier's price for the retention time, recomputing it costs prefill; the option
     with the lowest cost per output token at its largest feasible batch wins."""
     best, reasons = None, []
     for option in _cache_options(inp, workload):
-        found = _role_candidates(replace(inp, prefix_cache=option), workload, settings, spans, notes, handoff, analysis)
+        found = yield from _role_candidates(inp if inp.prefix_cache is option else replace(inp, prefix_cache=option), workload, settings,
+                                            spans, notes, handoff, analysis)
         if isinstance(found, str):
             reasons.append(found)
         elif best is None or found[0].usd_per_million_output_tokens < best[0].usd_per_million_output_tokens * (1 - 1e-12):
@@ -367,13 +319,13 @@ def _cheapest_cache_option(inp: DeploymentInputs, workload: ResolvedWorkload, se
     return best if best is not None else (reasons[0] if reasons else "hbm")
 
 
-def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
-                     notes: tuple[str, ...], handoff: tuple[float, float], analysis: RackAnalysis) -> list[Candidate] | str:
+def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool, notes: tuple[str, ...],
+                     handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, list[Candidate] | str]:
     """The layout's candidates in one role, or the reason it has none."""
     layout = inp.layout
-    limits = _limits(workload, inp.role, handoff[1], handoff[0], settings.confidence is Confidence.HIGH)
+    limits = limits_for(workload, inp.role, handoff[1], handoff[0], settings.confidence is Confidence.HIGH)
     if inp.role is ServingRole.PREFILL:  # one candidate: the prompts of one micro-batch per stage in flight
-        table = evaluate_batches(inp, [layout.pp * layout.dp_attn])
+        table = yield inp, np.array([layout.pp * layout.dp_attn])
         analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(table.used_bytes[0]))
         if not table.fits[0]:
             return "hbm"
@@ -383,18 +335,18 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
         return [_candidate(inp, workload, table, 0, BatchLimit.PREFILL, spans, notes, handoff)]
     if layout.pp * layout.dp_attn > settings.max_batch_per_replica:  # one sequence per stage and attention rank at the least
         return BatchLimit.MAX_BATCH
-    grid = shared_grid(inp, _batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica))
+    grid = yield inp, batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica)
     analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
     if not grid.fits[0]:
         return "hbm"
     analysis.min_tpot_s = min(analysis.min_tpot_s, float(grid.tpot_s[0]))
     analysis.min_ttft_s = min(analysis.min_ttft_s, float(grid.ttft_s[0]))
-    found = _largest_feasible_batch(inp, limits, grid, settings.max_batch_per_replica)
+    found = yield from largest_feasible_batch(inp, limits, grid)
     if found is None:
-        return _limit_reason(grid, limits, 0)
+        return limit_reason(grid, limits, 0)
     table, best, reason = found
     out = [_candidate(inp, workload, table, best, reason, spans, notes, handoff)]
     if settings.keep_batch_ladder:
-        ladder = evaluate_batches(inp, _batch_grid(layout.pp * layout.dp_attn, int(table.batches[best])))
-        out += [_candidate(inp, workload, ladder, int(i), BatchLimit.LADDER, spans, notes, handoff) for i in np.flatnonzero(_feasible(ladder, limits))]
+        ladder = yield inp, batch_grid(layout.pp * layout.dp_attn, int(table.batches[best]))
+        out += [_candidate(inp, workload, ladder, int(i), BatchLimit.LADDER, spans, notes, handoff) for i in np.flatnonzero(feasible(ladder, limits))]
     return out

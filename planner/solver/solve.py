@@ -31,7 +31,6 @@ from planner.solver.candidates import (
     pair_ttft_s,
 )
 from planner.solver.explain import explain_plan
-from planner.solver.grid_memo import shared_evaluations
 from planner.solver.infeasibility import explain_infeasibility
 from planner.solver.model_builder import PlanningData, RackPool
 from planner.solver.pruning import pareto_prune
@@ -138,7 +137,10 @@ class SolveResult:
 # many (workload, rack type) analyses to share out (below it, starting processes costs more than it
 # saves: a bundled problem enumerates in well under a second).
 PARALLEL_MIN_ANALYSES = 16
-_FORKED: tuple | None = None  # what forked enumeration workers read: (resolved, settings, imbalance, groups)
+# Workloads of one model and lengths on one rack type (they differ only in their limits) are analysed
+# together, sharing their batch tables (shared_tables); False analyses each alone, to the same candidates.
+SHARE_TABLES = True
+_FORKED: tuple | None = None  # what forked enumeration workers read: (resolved, settings, imbalance, batches)
 
 
 def _per_domain(imbalance: Callable[..., float], rack) -> Callable[[int], float]:
@@ -153,31 +155,49 @@ def _routing(model: ResolvedModel) -> str | None:
     return "balanced" if model.expert_loads is not None else None
 
 
-def _analyse_group(index: int) -> list[tuple[tuple, RackAnalysis]]:
-    """One worker's share: the analyses of one (model, lengths) group, sharing batch-grid tables."""
-    resolved, settings, imbalance, groups = _FORKED
-    out = []
-    with shared_evaluations():
-        for key, w, rack, max_accelerators in groups[index]:
-            model = resolved.models[w.model_key]
-            out.append((key, analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings,
-                                          max_accelerators, _per_domain(imbalance[w.model_key], rack), _routing(model))))
-    return out
-
-
-def _analyses_in_parallel(resolved: ResolvedProblem, settings: CandidateSettings, imbalance, jobs: list, workers: int) -> dict:
-    """The distinct analyses of `jobs` ((key, workload, rack, max accelerators)) over forked processes,
-    grouped by model and lengths so each group shares its tables; the same dict a serial run fills."""
-    global _FORKED
+def _together(jobs: list) -> list[list]:
+    """The jobs ((key, workload, rack, max accelerators)) analysed together: those of one model, rack
+    type and lengths."""
+    if not SHARE_TABLES:
+        return [[job] for job in jobs]
     groups: dict[tuple, list] = {}
     for job in jobs:
-        w = job[1]
-        groups.setdefault((w.model_key, w.input_tokens, w.output_tokens), []).append(job)
-    ordered = sorted(groups.values(), key=len, reverse=True)  # largest first, for an even share
+        w, rack, max_accelerators = job[1:]
+        groups.setdefault((w.model_key, rack.id, max_accelerators, w.input_tokens, w.output_tokens), []).append(job)
+    return list(groups.values())
+
+
+def _analyse_together(resolved: ResolvedProblem, settings: CandidateSettings, imbalance, jobs: list) -> list[tuple[tuple, RackAnalysis]]:
+    """The analyses of jobs of one model, rack type and lengths, keyed as the jobs are."""
+    _, w, rack, max_accelerators = jobs[0]
+    model = resolved.models[w.model_key]
+    analyses = analyse_rack(model.arch, model.precisions, rack, [job[1] for job in jobs], resolved.hardware.overheads, settings,
+                            max_accelerators, _per_domain(imbalance[w.model_key], rack), _routing(model))
+    return [(job[0], analysis) for job, analysis in zip(jobs, analyses, strict=True)]
+
+
+def _analyse_forked(index: int) -> list[tuple[tuple, RackAnalysis]]:
+    """One task of a forked worker: the jobs of one model, rack type and lengths."""
+    resolved, settings, imbalance, batches = _FORKED
+    return _analyse_together(resolved, settings, imbalance, batches[index])
+
+
+def _expected_cost(resolved: ResolvedProblem, jobs: list) -> int:
+    """A rough rank of the work in `jobs`: layouts grow with the scale-up domain, MoE models have more."""
+    _, w, rack, _ = jobs[0]
+    return len(jobs) * rack.n_accelerators * (2 if resolved.models[w.model_key].arch.is_moe else 1)
+
+
+def _analyses_in_parallel(resolved: ResolvedProblem, settings: CandidateSettings, imbalance, batches: list[list], workers: int) -> dict:
+    """The distinct analyses of `batches` (jobs analysed together) over forked processes, each batch
+    one task, the largest expected first so that the last tasks are short; the same dict a serial
+    run fills."""
+    global _FORKED
+    ordered = sorted(batches, key=lambda jobs: _expected_cost(resolved, jobs), reverse=True)
     _FORKED = (resolved, settings, imbalance, ordered)
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            return dict(pair for part in pool.map(_analyse_group, range(len(ordered))) for pair in part)
+            return dict(pair for part in pool.map(_analyse_forked, range(len(ordered))) for pair in part)
     finally:
         _FORKED = None
 
@@ -193,18 +213,16 @@ def _distinct_analyses(resolved: ResolvedProblem, settings: CandidateSettings, i
             if key not in seen:
                 seen.add(key)
                 jobs.append((key, w, rack, max_accelerators))
+    batches = _together(jobs)
     if workers > 1 and len(jobs) >= PARALLEL_MIN_ANALYSES and "fork" in multiprocessing.get_all_start_methods():
         if progress:
             progress(f"{len(jobs)} analyses over {workers} processes")
-        return _analyses_in_parallel(resolved, settings, imbalance, jobs, workers)
+        return _analyses_in_parallel(resolved, settings, imbalance, batches, workers)
     shared = {}
-    with shared_evaluations():  # workloads of one model and lengths share their batch-grid tables
-        for key, w, rack, max_accelerators in jobs:
-            if progress:
-                progress(f"{w.name} on {rack.id}")
-            model = resolved.models[w.model_key]
-            shared[key] = analyse_rack(model.arch, model.precisions, rack, w, resolved.hardware.overheads, settings, max_accelerators,
-                                       _per_domain(imbalance[w.model_key], rack), _routing(model))
+    for together in batches:
+        if progress:
+            progress(f"{', '.join(job[1].name for job in together)} on {together[0][2].id}")
+        shared.update(_analyse_together(resolved, settings, imbalance, together))
     return shared
 
 
