@@ -610,3 +610,29 @@ def test_group_local_experts_cut_the_prefill_exchange_across_domains():
     assert local.prefill_latency_s < spread.prefill_latency_s
     # the saving is at most the exchange's share: fewer NIC copies, nothing else changes
     assert spread.prefill_latency_s - local.prefill_latency_s < spread.prefill_latency_s * (1 - 4 / 5.25)
+
+
+def test_enumeration_takes_group_locality_from_the_placement_it_measures():
+    # DeepSeek-V3 over four 8-GPU H100 boxes, expert-parallel groups allowed to span them. With a
+    # skewed profile the placement keeps the flat search (one group per domain leaves a hot domain),
+    # so a wide layout's exchange may reach any domain; with even loads the groups stay whole. The
+    # enumerated candidates say the same as an independent placement at their width.
+    from planner.model.catalog import load_model_catalog
+    from planner.placement.groups import expert_groups_local
+    from planner.solver.solve import prepare
+
+    arch = load_model_catalog()["deepseek-v3"]
+    for distribution, spread_expected in (("lognormal", True), ("uniform", False)):
+        raw = {"model": {"catalog": "deepseek-v3", "expert_load": {"synthetic": {"distribution": distribution}}},
+               "precisions": {"weights": "fp8", "kv_cache": "fp8"},
+               "cluster": {"racks": [{"type": "hgx-h100", "count": 4}], "allow_spanning_domains": True},
+               "workloads": [{"name": "chat", "input_tokens": 2048, "output_tokens": 256, "tpot_limit_ms": 100}]}
+        resolved = resolve_problem(parse_problem(raw))
+        _, analyses = prepare(resolved)
+        wide = [c for c in analyses[("chat", "hgx-h100")].candidates if c.layout.ep > 8]
+        assert wide, "no expert-parallel layout spans two boxes"
+        for c in wide:
+            loads = next(iter(resolved.models.values())).expert_loads
+            placement = place_experts(arch, loads, c.layout.ep, 0, ranks_per_node=8)
+            local = expert_groups_local(arch, c.layout.ep, 8, [[list(r) for r in layer.slots] for layer in placement.layers])
+            assert c.inputs.expert_groups_local == local == (not spread_expected)

@@ -244,11 +244,12 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
 
 def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType, workloads: Sequence[ResolvedWorkload],
                  overheads: Overheads, settings: CandidateSettings, max_accelerators: int | None,
-                 expert_imbalance: Callable[[int], float] = lambda ep: 1.0, expert_routing: str | None = None) -> list[RackAnalysis]:
+                 expert_load: Callable[[int], tuple[float, bool]] = lambda ep: (1.0, True), expert_routing: str | None = None) -> list[RackAnalysis]:
     """For each of `workloads` (of one model and lengths, differing in their limits), all candidates
     on `rack` in each serving role the workload allows, and the reasons other layouts were rejected;
-    their batch tables are evaluated together. `expert_imbalance(ep)` is the hottest rank's expert
-    load over the mean for `ep` ranks; `expert_routing` the skew of the expert kernels (None: the model's)."""
+    their batch tables are evaluated together. `expert_load(ep)` is the hottest rank's expert load
+    over the mean for `ep` ranks, and whether that placement keeps the expert groups in their
+    domains; `expert_routing` the skew of the expert kernels (None: the model's)."""
     precisions, notes = resolve_precisions(precision_spec, arch, rack.accelerator)
     max_stage = rack.n_accelerators if not settings.allow_spanning_domains else max(rack.n_accelerators, max_accelerators or 1024)
     analyses = [RackAnalysis(w.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes, max_stage_size=max_stage)
@@ -262,7 +263,7 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
                 analysis.reject("invalid")
             continue
         spread = arch.is_moe and layout.ep > 1
-        imbalance = expert_imbalance(layout.ep) if spread else 1.0
+        imbalance, groups_local = expert_load(layout.ep) if spread else (1.0, True)
         links = default_replica_links(rack, layout, overheads.collective_latency_s)
         spans = links.tp.spans_domains or links.stage.spans_domains  # pipeline stages may sit in different racks
         searches = []
@@ -270,7 +271,7 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
             base = DeploymentInputs(arch, rack, layout, layout.pp * layout.dp_attn, workload.input_tokens, workload.output_tokens,
                                     precisions, overheads, settings.overlap, settings.prefill_chunk_tokens, notes, imbalance,
                                     settings.redundant_experts_per_rank if spread else 0, engine=settings.engine,
-                                    step_model=settings.step_model, expert_routing=expert_routing)
+                                    step_model=settings.step_model, expert_routing=expert_routing, expert_groups_local=groups_local)
             handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),
                        layout.n_accelerators * accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction)
             searches.append(_layout_candidates(base, workload, settings, spans, notes, handoff, analysis))

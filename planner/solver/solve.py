@@ -143,10 +143,10 @@ SHARE_TABLES = True
 _FORKED: tuple | None = None  # what forked enumeration workers read: (resolved, settings, imbalance, batches)
 
 
-def _per_domain(imbalance: Callable[..., float], rack) -> Callable[[int], float]:
-    """ep -> imbalance for layouts on `rack`: an expert-parallel group wider than one scale-up domain
-    keeps each expert group inside a domain (one rank per accelerator there)."""
-    return lambda ep: imbalance(ep, rack.n_accelerators)
+def _per_domain(expert_load: Callable[..., tuple[float, bool]], rack) -> Callable[[int], tuple[float, bool]]:
+    """ep -> (imbalance, groups local) for layouts on `rack`, placed with one rank per accelerator of
+    each scale-up domain."""
+    return lambda ep: expert_load(ep, rack.n_accelerators)
 
 
 def _routing(model: ResolvedModel) -> str | None:
@@ -228,10 +228,10 @@ def _distinct_analyses(resolved: ResolvedProblem, settings: CandidateSettings, i
 
 def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
             progress: Callable[[str], None] | None = None,
-            imbalance: dict[str, Callable[[int], float]] | None = None, workers: int = 1) -> tuple[PlanningData, dict[tuple[str, str], RackAnalysis]]:
+            imbalance: dict[str, Callable[..., tuple[float, bool]]] | None = None, workers: int = 1) -> tuple[PlanningData, dict[tuple[str, str], RackAnalysis]]:
     """Step 1: candidates for every workload on every rack type, pruned, in canonical order.
-    `imbalance` (model key -> expert imbalance by EP width) reuses the expert placements of an
-    earlier call on the same models (sweeps). `workers` > 1 spreads a large enumeration over forked
+    `imbalance` (model key -> expert imbalance and group locality by EP width) reuses the expert
+    placements of an earlier call on the same models (sweeps). `workers` > 1 spreads a large enumeration over forked
     processes; the candidates are the same as a serial run's."""
     problem = resolved.problem
     ladder = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
@@ -266,31 +266,35 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
     return data, analyses
 
 
-def expert_imbalance_functions(resolved: ResolvedProblem) -> dict[str, Callable[[int], float]]:
-    """Model key -> (EP width -> expert imbalance), each cached."""
+def expert_imbalance_functions(resolved: ResolvedProblem) -> dict[str, Callable[..., tuple[float, bool]]]:
+    """Model key -> ((EP width, ranks per domain) -> (expert imbalance, expert groups local)), each cached."""
     return {key: _imbalance_function(resolved, model) for key, model in resolved.models.items()}
 
 
-def _imbalance_function(resolved: ResolvedProblem, model: ResolvedModel) -> Callable[[int], float]:
+def _imbalance_function(resolved: ResolvedProblem, model: ResolvedModel) -> Callable[..., tuple[float, bool]]:
     """ep -> the expert imbalance a greedy + swap placement of the model's load profile reaches
-    (within the move budget from the previous plan's map, when there is one for that width)."""
+    (within the move budget from the previous plan's map, when there is one for that width), and
+    whether that placement keeps the expert groups inside their domains (the step model's
+    group-limited exchange). Without a profile or a budget: balanced, and the engines' contiguous,
+    group-aligned default."""
     options = resolved.problem.placement
     if model.expert_loads is None and options.max_expert_moves_per_layer is None:
-        return lambda ep, ranks_per_node=None: 1.0
+        return lambda ep, ranks_per_node=None: (1.0, True)
     loads = model.expert_loads if model.expert_loads is not None else synthetic_profile(model.arch, distribution="uniform")
     redundant = options.redundant_experts_per_rank
-    cache: dict[tuple[int, int | None], float] = {}
+    cache: dict[tuple[int, int | None], tuple[float, bool]] = {}
 
-    def imbalance(ep: int, ranks_per_node: int | None = None) -> float:
+    def expert_load(ep: int, ranks_per_node: int | None = None) -> tuple[float, bool]:
         if (ep, ranks_per_node) not in cache:
             previous = resolved.previous_expert_map(model.arch.id, ep, model.arch.moe.n_routed_experts // ep + redundant)
             budget = options.max_expert_moves_per_layer if previous is not None else None
-            cache[(ep, ranks_per_node)] = place_experts(model.arch, loads, ep, redundant, method="greedy",
-                                                        previous=previous if budget is not None else None,
-                                                        max_moves_per_layer=budget, ranks_per_node=ranks_per_node).imbalance
+            placement = place_experts(model.arch, loads, ep, redundant, method="greedy", previous=previous if budget is not None else None,
+                                      max_moves_per_layer=budget, ranks_per_node=ranks_per_node)
+            local = expert_groups_local(model.arch, ep, ranks_per_node or ep, [[list(r) for r in L.slots] for L in placement.layers])
+            cache[(ep, ranks_per_node)] = (placement.imbalance, local)
         return cache[(ep, ranks_per_node)]
 
-    return imbalance
+    return expert_load
 
 
 def _for_workload(c: Candidate, workload: str) -> Candidate:
