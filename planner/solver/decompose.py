@@ -39,7 +39,7 @@ INT64_EDGE = 2**62  # domain ends beyond this are infinite
 ROUNDS = 6  # Lagrangian rounds at most (the bound usually stops rising after one or two)
 PRICE_FACTORS = (0.0, 0.5, 0.9, 1.1, 2.0)  # multiples of the final prices whose plans join the master's columns
 SUB_DTIME = 0.5  # deterministic-time limit of one workload's solve
-MAX_NEAR_PLANS = 400  # per workload: more plans within the gap than this, and the block keeps its own variables
+MAX_NEAR_PLANS = 400  # per workload: more plans within the gap than this, and the proof is left to CP-SAT
 MASTER_DTIME = 4.0  # deterministic-time limit of one master solve
 MASTER_SHARE = 0.15  # of the time budget, at most, for one master solve
 
@@ -63,6 +63,8 @@ class Block:
 
 @dataclass(frozen=True)
 class Outcome:
+    """What the decomposition found; an empty assignment when no combination of its plans fitted."""
+
     assignment: dict[int, int]  # full-model variable index -> value, for every variable
     objective: int
     bound: int  # proven lower bound (the Lagrangian bound, or the objective when proven)
@@ -157,7 +159,6 @@ class Decomposition:
         p.max_deterministic_time, p.max_time_in_seconds = dtime, max(0.01, self.deadline - time.perf_counter())
         return solver
 
-    # -- pricing ---------------------------------------------------------------------------------
     def priced(self, mu: list[int]) -> dict[int, int]:
         """Objective coefficients plus the priced coupling rows."""
         coef = dict(self.objective)

@@ -2,7 +2,9 @@
 
 Phase 1 minimises the primary objective. Phase 2 re-solves with the primary objective held at its
 value and a canonical tie-break, on one worker, so that the same input, seed and worker count
-always give the same plan.
+always give the same plan. A fleet model of several workloads and many candidates is first
+decomposed by workload (planner.solver.decompose): proven there, or handed to phase 1 with a plan
+and cuts.
 """
 
 import math
