@@ -11,7 +11,6 @@ from test_solver_vs_reference import MODELS, RACKS, SUBSETS, _small
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import parse_problem
 from planner.solver import search
-from planner.solver.decompose import Decomposition, split_by_block
 from planner.solver.model_builder import RackPool, build_model, primary_objective
 from planner.solver.reference import SearchTooLarge, fits_racks, reference_optimum
 from planner.solver.solve import prepare
@@ -37,15 +36,13 @@ def decomposition(d):
     search._fix_families(model, v)
     objective, _, _ = primary_objective(model, v, d)
     model.minimize(objective)
-    constants = {literal.index: 1 for literal in v.families.values()}
-    blocks, rows = split_by_block(model, v.blocks(), constants)
-    return Decomposition(model, blocks, rows, constants, seed=0, workers=2, wall_s=10), model, v
+    return search.decompose_model(model, v, seed=0, workers=2, wall_s=10), model, v
 
 
 def test_lagrangian_bound_beats_the_lp_and_proves_the_hand_worked_optimum(monkeypatch):
     d = two_workloads()
     dec, _, _ = decomposition(d)
-    lp, _ = dec._lp()
+    lp, _, _ = dec._lp()
     assert lp.Solve() == 0 and lp.Objective().Value() == pytest.approx(14 * MICRO_USD)
     bound, mu, _ = dec.multipliers()
     assert bound == 16 * MICRO_USD

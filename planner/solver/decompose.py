@@ -168,9 +168,10 @@ class Decomposition:
                     coef[index] = coef.get(index, 0) + m * c
         return coef
 
-    def _price_block(self, args: tuple[Block, dict[int, int]]) -> tuple[int, tuple[tuple[int, int], ...] | None] | None:
+    def _price_block(self, args: tuple[Block, dict[int, int]]) -> tuple[int, tuple, tuple[tuple[int, int], ...] | None] | None:
+        """The block's proven minimum at the prices, its priced terms (the cut) and its plan."""
         block, coef = args
-        terms = [(i, coef[i]) for i in block.var_of if coef.get(i)]
+        terms = tuple((i, coef[i]) for i in block.var_of if coef.get(i))
         block.model.minimize(cp_model.LinearExpr.weighted_sum([block.var_of[i] for i, _ in terms], [c for _, c in terms]))
         solver = self._solver(SUB_DTIME)
         solver.parameters.cp_model_presolve = False  # a few dozen variables: presolve costs more than it saves
@@ -178,7 +179,7 @@ class Decomposition:
         if status == cp_model.INFEASIBLE:
             return None
         plan = tuple((i, solver.value(var)) for i, var in block.var_of.items()) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
-        return math.ceil(solver.best_objective_bound - 1e-6), plan
+        return math.ceil(solver.best_objective_bound - 1e-6), terms, plan
 
     def price(self, mu: list[int]) -> tuple[int, list[int]] | None:
         """The Lagrangian bound at `mu` and each block's proven minimum; every block's plan joins the
@@ -189,16 +190,16 @@ class Decomposition:
         if any(r is None for r in results):
             return None
         lows = []
-        for k, (block, (low, plan)) in enumerate(zip(self.blocks, results)):
+        for k, (low, terms, plan) in enumerate(results):
             lows.append(low)
-            self.cuts.append((tuple((i, coef[i]) for i in block.var_of if coef.get(i)), low))
+            self.cuts.append((terms, low))
             if plan is not None:
                 self.columns[k].add(plan)
         bound = sum(lows) - sum(m * row.rhs for m, row in zip(mu, self.rows)) + self.offset
         return bound, lows
 
     # -- the LP master -------------------------------------------------------------------------
-    def _lp(self) -> tuple[pywraplp.Solver, list]:
+    def _lp(self) -> tuple[pywraplp.Solver, list, list]:
         lp = pywraplp.Solver.CreateSolver("GLOP")
         proto = self.model.proto
         xs = []
@@ -224,18 +225,12 @@ class Decomposition:
         for index, c in self.objective.items():
             objective.SetCoefficient(xs[index], c)
         objective.SetMinimization()
-        self._xs = xs
-        return lp, coupling
-
-    def _add_cut(self, lp: pywraplp.Solver, terms, low: int) -> None:
-        row = lp.Constraint(low, lp.infinity())
-        for index, c in terms:
-            row.SetCoefficient(self._xs[index], c)
+        return lp, xs, coupling
 
     def multipliers(self) -> tuple[int, list[int], list[int]] | None:
         """Rounds of LP duals and pricing; the best Lagrangian bound, its multipliers and the blocks'
         minima at them."""
-        lp, coupling = self._lp()
+        lp, xs, coupling = self._lp()
         best, best_mu, best_lows = -math.inf, [0] * len(self.rows), []
         for _ in range(ROUNDS):
             if lp.Solve() != pywraplp.Solver.OPTIMAL:
@@ -246,7 +241,9 @@ class Decomposition:
             if priced is None:
                 return None
             for terms, low in self.cuts[n_cuts:]:
-                self._add_cut(lp, terms, low)
+                row = lp.Constraint(low, lp.infinity())
+                for index, c in terms:
+                    row.SetCoefficient(xs[index], c)
             if priced[0] <= best:
                 break
             best, best_mu, best_lows = priced[0], mu, priced[1]

@@ -24,7 +24,7 @@ from planner.solver.model_builder import (
     tie_break_objective,
 )
 
-__all__ = ["RawSolution", "STATUS_NAMES", "hint_plan", "set_parameters", "solve_data"]
+__all__ = ["RawSolution", "STATUS_NAMES", "decompose_model", "hint_plan", "set_parameters", "solve_data"]
 
 SEARCH_SHARE = 0.85  # of the time limit for the two search phases; the canonical tie-break gets the rest
 SINGLE_WORKER_SHARE = 0.4  # of the search time for the single-worker first phase
@@ -132,24 +132,30 @@ def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed
     return first, status, wall
 
 
+def decompose_model(model: cp_model.CpModel, v: PlanVars, *, seed: int, workers: int, wall_s: float) -> Decomposition | None:
+    """A built model (families fixed, objective set) split by workload; None when a row or the
+    objective does not split."""
+    blocks = v.blocks()
+    if any(index not in blocks for index in model.proto.objective.vars):
+        return None
+    constants = {literal.index: 1 for literal in v.families.values()}
+    parts = split_by_block(model, blocks, constants)
+    return None if parts is None else Decomposition(model, *parts, constants, seed=seed, workers=workers, wall_s=wall_s)
+
+
 def _decompose(model: cp_model.CpModel, v: PlanVars, data: PlanningData, *, seed: int, workers: int, time_limit_s: float,
                canonical: bool, callback) -> Outcome | None:
     """The Lagrangian decomposition by workload (planner.solver.decompose) of a fleet model large
     enough to need it; None when it does not apply."""
     if len(data.workloads) < 2 or len(data.candidates) < DECOMPOSE_MIN_CANDIDATES:
         return None
-    blocks = v.blocks()
-    if any(index not in blocks for index in model.proto.objective.vars):
-        return None
-    constants = {literal.index: 1 for literal in v.families.values()}
-    parts = split_by_block(model, blocks, constants)
-    if parts is None:
+    decomposition = decompose_model(model, v, seed=seed, workers=workers, wall_s=time_limit_s)
+    if decomposition is None:
         return None
     tie_break = None
     if canonical:
         flat = cp_model_helper.FlatIntExpr(tie_break_objective(v, data))
         tie_break = {var.index: c for var, c in zip(flat.vars, flat.coeffs)}
-    decomposition = Decomposition(model, *parts, constants, seed=seed, workers=workers, wall_s=time_limit_s)
 
     def progress(value: int | None, bound: int) -> None:
         for hook, number in ((getattr(callback, "on_bound", None), bound), (getattr(callback, "on_plan", None), value)):
