@@ -15,9 +15,10 @@ where L_w is block w's priced objective and l_w a proven lower bound of its mini
 2. each workload's plans at those prices and at multiples of them, and the plans of a sequential
    pass (workloads one at a time, largest first, within what the others leave), are the columns of
    a restricted master problem (one plan per workload, coupling rows kept): the incumbent;
-3. every plan that could beat or tie the incumbent has `L_w(x_w) - l_w <= incumbent - bound` in each
-   block. When CP-SAT enumerates all of them within a cap, the master over them is the whole
-   problem: its optimum is proven, and its canonical tie-break is exact.
+3. the proof (planner.solver.projection): every plan that could beat or tie the incumbent has
+   `L_w(x_w) - l_w <= incumbent - bound` in each block, and an optimal fleet needs, per workload, only
+   the plans on its Pareto front of cost against its use of the binding rows. The master over those
+   fronts is the whole problem: its optimum is proven, and its canonical tie-break is exact.
 
 When step 3 does not finish, the caller keeps the incumbent as a complete hint and the cuts as rows
 of the full model. Every number is an integer of the model's own units: the multipliers are
@@ -33,14 +34,16 @@ from dataclasses import dataclass, field
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
+from planner.solver.projection import prove
+
 __all__ = ["Decomposition", "Outcome", "split_by_block"]
 
 INT64_EDGE = 2**62  # domain ends beyond this are infinite
 ROUNDS = 6  # Lagrangian rounds at most (the bound usually stops rising after one or two)
 PRICE_FACTORS = (0.0, 0.5, 0.9, 1.1, 2.0)  # multiples of the final prices whose plans join the master's columns
 SUB_DTIME = 0.5  # deterministic-time limit of one workload's solve
-MAX_NEAR_PLANS = 400  # per workload: more plans within the gap than this, and the proof is left to CP-SAT
 MASTER_DTIME = 4.0  # deterministic-time limit of one master solve
+PROOF_SHARE = 0.8  # of the time budget, at most, until the proof gives up
 MASTER_SHARE = 0.15  # of the time budget, at most, for one master solve
 
 
@@ -144,6 +147,7 @@ class Decomposition:
         self.model, self.blocks, self.rows, self.constants = model, blocks, rows, constants
         self.seed, self.workers = seed, max(1, workers)
         self.deadline = time.perf_counter() + wall_s  # a safety net: the work itself is bounded in deterministic time
+        self.proof_deadline = time.perf_counter() + PROOF_SHARE * wall_s  # CP-SAT keeps the rest when the proof runs out
         self.master_dtime = min(MASTER_DTIME, MASTER_SHARE * wall_s)
         objective = model.proto.objective
         self.objective = dict(zip(objective.vars, objective.coeffs))
@@ -294,17 +298,17 @@ class Decomposition:
     def _value(self, plan: Iterable[tuple[int, int]], coef: dict[int, int]) -> int:
         return sum(coef.get(i, 0) * x for i, x in plan)
 
-    def master(self, columns: list[list[tuple[tuple[int, int], ...]]], *, cap: int | None = None,
+    def master(self, columns: list[list[tuple[tuple[int, int], ...]]], *, rows: list[int] | None = None, cap: int | None = None,
                tie_break: dict[int, int] | None = None) -> tuple[str, dict[int, int] | None, int | None]:
-        """One plan per workload from `columns`, coupling rows kept, the objective minimised (then, if
-        `tie_break` is given, the tie-break among the plans of equal objective). Returns the status,
-        the full assignment and the objective."""
+        """One plan per workload from `columns`, the coupling rows kept (those numbered in `rows`, or
+        all), the objective minimised (then, if `tie_break` is given, the tie-break among the plans of
+        equal objective). Returns the status, the full assignment and the objective."""
         master = cp_model.CpModel()
         picks = [[master.new_bool_var(f"{b.name}#{k}") for k in range(len(plans))] for b, plans in zip(self.blocks, columns)]
         for z in picks:
             master.add_exactly_one(z)
         flat = [(z, plan) for zs, plans in zip(picks, columns) for z, plan in zip(zs, plans)]
-        for row in self.rows:
+        for row in self.rows if rows is None else [self.rows[r] for r in rows]:
             coef = dict(row.terms)
             master.add(cp_model.LinearExpr.weighted_sum([z for z, _ in flat], [self._value(p, coef) for _, p in flat]) <= row.rhs)
         objective = cp_model.LinearExpr.weighted_sum([z for z, _ in flat], [self._value(p, self.objective) for _, p in flat])
@@ -331,31 +335,6 @@ class Decomposition:
                 chosen.update(plan)
         return name, chosen, value + self.offset
 
-    def near_plans(self, k: int, coef: dict[int, int], limit: int) -> list[tuple[tuple[int, int], ...]] | None:
-        """Every plan of block k whose priced objective is at most `limit`, or None past the cap or
-        the time limit."""
-        block = self.blocks[k]
-        model = block.model.clone()
-        model.clear_objective()
-        indices = list(block.var_of)
-        variables = [model.get_int_var_from_proto_index(block.var_of[i].index) for i in indices]
-        terms = [(v, coef[i]) for v, i in zip(variables, indices) if coef.get(i)]
-        model.add(cp_model.LinearExpr.weighted_sum([v for v, _ in terms], [c for _, c in terms]) <= limit)
-        found: list[tuple[tuple[int, int], ...]] = []
-
-        class Collect(cp_model.CpSolverSolutionCallback):
-            def on_solution_callback(self) -> None:
-                found.append(tuple((i, self.value(v)) for i, v in zip(indices, variables)))
-                if len(found) > MAX_NEAR_PLANS:
-                    self.stop_search()
-
-        solver = self._solver(SUB_DTIME * 4)
-        solver.parameters.enumerate_all_solutions = True
-        solver.parameters.cp_model_presolve = False
-        status = solver.solve(model, Collect())
-        complete = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and len(found) <= MAX_NEAR_PLANS
-        return found if complete else None
-
     # -- the whole procedure ----------------------------------------------------------------------
     def run(self, tie_break: dict[int, int] | None, on_progress: Callable[[int | None, int], None] | None = None) -> Outcome | None:
         """Steps 1-3 of the module docstring. None when a workload cannot be served at all."""
@@ -372,26 +351,9 @@ class Decomposition:
             return Outcome({}, 0, bound, False, tuple(self.cuts))
         if on_progress:
             on_progress(value, bound)
-        proven = self._prove(mu, lows, bound, value, incumbent, tie_break)
-        if proven is not None:
-            incumbent, value = proven
+        incumbent, value, proven = prove(self, mu, lows, bound, incumbent, value, tie_break)
+        if proven:
             bound = value
-        return Outcome(incumbent, value, bound, proven is not None, tuple(self.cuts))
-
-    def _prove(self, mu: list[int], lows: list[int], bound: int, value: int, incumbent: dict[int, int],
-               tie_break: dict[int, int] | None) -> tuple[dict[int, int], int] | None:
-        """Enumerate, per workload, every plan that could beat or tie the incumbent; the master over
-        them is exact. None when a block has too many such plans."""
-        coef = self.priced(mu)
-        slack = value - bound
-        columns = []
-        for k, block in enumerate(self.blocks):
-            plans = self.near_plans(k, coef, lows[k] + slack)
-            if plans is None:
-                return None
-            mine = tuple((i, incumbent[i]) for i in block.var_of)
-            columns.append(sorted(set(plans) | {mine}))
-        status, chosen, best = self.master(columns, cap=value, tie_break=tie_break)
-        if status != "OPTIMAL" or chosen is None:
-            return None
-        return chosen, best
+        if on_progress:
+            on_progress(value, bound)
+        return Outcome(incumbent, value, bound, proven, tuple(self.cuts))
