@@ -108,10 +108,12 @@ class Front:
             raise Incomplete
         return solver
 
-    def _range(self, var: cp_model.IntVar) -> tuple[int, int]:
-        low, high = self._minimum(var), self._minimum(-var)
-        assert low is not None and high is not None  # the priced minimum itself is in the window
-        return low.value(var), high.value(var)
+    def _range(self, var: cp_model.IntVar) -> tuple[int, int] | None:
+        """The least and the most of `var` within the window; None when the window holds no plan
+        (the block's priced minimum is above its proven lower bound, and the window is narrower)."""
+        low = self._minimum(var)
+        high = self._minimum(-var) if low is not None else None
+        return (low.value(var), high.value(var)) if low is not None and high is not None else None
 
     def _cheapest(self, chain: cp_model.IntVar | None, chain_lo: int, span: int) -> tuple[Plan, tuple[int, ...]] | None:
         """The plan first cheapest, then of least tie-break, then of least use of the chain row."""
@@ -139,7 +141,10 @@ class Front:
         if not self.axes:
             found = self._cheapest(None, 0, 1)
             return [found[0]] if found else []
-        ranges = [self._range(var) for _, var in self.axes]
+        found_ranges = [self._range(var) for _, var in self.axes]
+        if None in found_ranges:
+            return []
+        ranges = [r for r in found_ranges if r is not None]
         chain_at = max(range(len(ranges)), key=lambda a: (ranges[a][1] - ranges[a][0], -a))
         fixed = [a for a in range(len(self.axes)) if a != chain_at]
         if math.prod(ranges[a][1] - ranges[a][0] + 1 for a in fixed) > MAX_SLICES:
