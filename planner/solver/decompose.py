@@ -20,8 +20,8 @@ where L_w is block w's priced objective and l_w a proven lower bound of its mini
    the plans on its Pareto front of cost against its use of the binding rows. The master over those
    fronts is the whole problem: its optimum is proven, and its canonical tie-break is exact.
 
-When step 3 does not finish, the caller keeps the incumbent as a complete hint and the cuts as rows
-of the full model. Every number is an integer of the model's own units: the multipliers are
+When step 3 does not finish, the caller keeps the best plan found (the proof's masters may improve
+the incumbent) as a complete hint, and the cuts as rows of the full model. Every number is an integer of the model's own units: the multipliers are
 rounded down to integers, so each cut is exact.
 """
 
@@ -298,41 +298,72 @@ class Decomposition:
     def _value(self, plan: Iterable[tuple[int, int]], coef: dict[int, int]) -> int:
         return sum(coef.get(i, 0) * x for i, x in plan)
 
-    def master(self, columns: list[list[tuple[tuple[int, int], ...]]], *, rows: list[int] | None = None, cap: int | None = None,
-               tie_break: dict[int, int] | None = None) -> tuple[str, dict[int, int] | None, int | None]:
+    def _copy_block(self, master: cp_model.CpModel, k: int) -> dict[int, cp_model.IntVar]:
+        """Block k's variables and rows added to `master`; its variables by full-model index."""
+        block = self.blocks[k]
+        proto = block.model.proto
+        local = {var.index: master.new_int_var(*list(proto.variables[var.index].domain), f"{block.name}:{index}")
+                 for index, var in block.var_of.items()}
+        for constraint in proto.constraints:
+            linear = constraint.linear
+            added = master.add_linear_expression_in_domain(
+                cp_model.LinearExpr.weighted_sum([local[v] for v in linear.vars], list(linear.coeffs)),
+                cp_model.Domain.from_flat_intervals(list(linear.domain)))
+            if constraint.enforcement_literal:
+                added.only_enforce_if([local[lit] if lit >= 0 else ~local[-lit - 1] for lit in constraint.enforcement_literal])
+        return {index: local[var.index] for index, var in block.var_of.items()}
+
+    def master(self, columns: list[list[tuple[tuple[int, int], ...]] | None], *, rows: list[int] | None = None,
+               cap: int | None = None, tie_break: dict[int, int] | None = None,
+               limits: dict[int, tuple[dict[int, int], int]] | None = None, dtime: float | None = None) -> tuple[str, dict[int, int] | None, int | None]:
         """One plan per workload from `columns`, the coupling rows kept (those numbered in `rows`, or
         all), the objective minimised (then, if `tie_break` is given, the tie-break among the plans of
-        equal objective). Returns the status, the full assignment and the objective."""
+        equal objective). A workload whose columns are None joins whole: its own variables and rows,
+        with `limits[k]` (terms, most) as one more row. Returns the status, the full assignment and
+        the objective."""
         master = cp_model.CpModel()
-        picks = [[master.new_bool_var(f"{b.name}#{k}") for k in range(len(plans))] for b, plans in zip(self.blocks, columns)]
-        for z in picks:
-            master.add_exactly_one(z)
-        flat = [(z, plan) for zs, plans in zip(picks, columns) for z, plan in zip(zs, plans)]
+        atoms: list[tuple[cp_model.IntVar, dict[int, int], bool]] = []  # (variable, its value per full-model index, a plan's pick)
+        for k, plans in enumerate(columns):
+            if plans is None:
+                var = self._copy_block(master, k)
+                atoms += [(x, {i: 1}, False) for i, x in var.items()]
+                if limits and k in limits:
+                    terms, most = limits[k]
+                    master.add(cp_model.LinearExpr.weighted_sum([var[i] for i in terms], list(terms.values())) <= most)
+                continue
+            picks = [master.new_bool_var(f"{self.blocks[k].name}#{n}") for n in range(len(plans))]
+            master.add_exactly_one(picks)
+            atoms += [(z, dict(plan), True) for z, plan in zip(picks, plans)]
+
+        def linear(coef: dict[int, int]) -> cp_model.LinearExpr:
+            return cp_model.LinearExpr.weighted_sum([a for a, _, _ in atoms], [self._value(c.items(), coef) for _, c, _ in atoms])
+
         for row in self.rows if rows is None else [self.rows[r] for r in rows]:
-            coef = dict(row.terms)
-            master.add(cp_model.LinearExpr.weighted_sum([z for z, _ in flat], [self._value(p, coef) for _, p in flat]) <= row.rhs)
-        objective = cp_model.LinearExpr.weighted_sum([z for z, _ in flat], [self._value(p, self.objective) for _, p in flat])
+            master.add(linear(dict(row.terms)) <= row.rhs)
+        objective = linear(self.objective)
         if cap is not None:
             master.add(objective <= cap - self.offset)
         master.minimize(objective)
-        solver = self._solver(self.master_dtime)
+        solver = self._solver(dtime or self.master_dtime)
         status = solver.solve(master)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return "INFEASIBLE" if status == cp_model.INFEASIBLE else "UNKNOWN", None, None
         value = round(solver.objective_value)
         name = "OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE"
         if tie_break is not None and name == "OPTIMAL":
-            for z in [z for z, _ in flat]:
-                master.add_hint(z, solver.value(z))
+            for a, _, _ in atoms:
+                master.add_hint(a, solver.value(a))
             master.add(objective <= value)
-            master.minimize(cp_model.LinearExpr.weighted_sum([z for z, _ in flat], [self._value(p, tie_break) for _, p in flat]))
-            second = self._solver(self.master_dtime)
+            master.minimize(linear(tie_break))
+            second = self._solver(dtime or self.master_dtime)
             if second.solve(master) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 solver = second
         chosen = dict(self.constants)
-        for z, plan in flat:
-            if solver.value(z):
-                chosen.update(plan)
+        for a, contribution, pick in atoms:
+            if not pick:
+                chosen.update((i, solver.value(a)) for i in contribution)
+            elif solver.value(a):
+                chosen.update(contribution)
         return name, chosen, value + self.offset
 
     # -- the whole procedure ----------------------------------------------------------------------
@@ -351,9 +382,7 @@ class Decomposition:
             return Outcome({}, 0, bound, False, tuple(self.cuts))
         if on_progress:
             on_progress(value, bound)
-        incumbent, value, proven = prove(self, mu, lows, bound, incumbent, value, tie_break)
-        if proven:
-            bound = value
+        incumbent, value, bound, exact = prove(self, mu, lows, bound, incumbent, value, tie_break)
         if on_progress:
             on_progress(value, bound)
-        return Outcome(incumbent, value, bound, proven, tuple(self.cuts))
+        return Outcome(incumbent, value, bound, exact and bound >= value, tuple(self.cuts))

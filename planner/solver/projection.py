@@ -41,7 +41,8 @@ __all__ = ["prove"]
 
 FIRST_WINDOW_SHARE = 1 / 16  # of the incumbent's gap: the first window tried
 WINDOW_GROWTH = 4
-MAX_SLICES = 4000  # per workload: more combinations of the fixed rows' values than this, and the proof is left to CP-SAT
+MAX_SLICES = 4000  # per workload: more combinations of the fixed rows' values than this, and it joins the master whole
+MAX_FRONT_SOLVES = 1500  # per workload and window: more solves than this, and it joins the master whole
 SOLVE_DTIME = 0.5  # deterministic-time limit of one solve (they take milliseconds)
 MAX_ROUNDS = 8  # window growths and rows added, together
 
@@ -49,7 +50,11 @@ Plan = tuple[tuple[int, int], ...]
 
 
 class Incomplete(Exception):
-    """A trace that cannot finish: too many slices, a solve past its limit, or the deadline."""
+    """A trace that cannot finish: a solve past its limit, or the deadline."""
+
+
+class Wide(Exception):
+    """A front with too many slices or solves: its workload joins the master whole."""
 
 
 def _weighted(var: dict[int, cp_model.IntVar], coef: dict[int, int]) -> cp_model.LinearExpr:
@@ -65,6 +70,7 @@ class Front:
                  tie_break: dict[int, int] | None, stop: threading.Event) -> None:
         block = dec.blocks[k]
         self.stop = stop  # set when another workload's trace gave up
+        self.solves = 0
         self.dec, self.model = dec, block.model.clone()
         self.model.clear_objective()
         self.indices = list(block.var_of)
@@ -98,6 +104,9 @@ class Front:
         if self.stop.is_set() or time.perf_counter() > self.dec.proof_deadline:
             self.stop.set()
             raise Incomplete
+        self.solves += 1
+        if self.solves > MAX_FRONT_SOLVES:
+            raise Wide
         self.model.minimize(objective)
         solver = self.dec._solver(SOLVE_DTIME)
         solver.parameters.cp_model_presolve = False
@@ -136,8 +145,14 @@ class Front:
                *(solver.value(var) for _, var in self.axes))
         return plan, key
 
-    def trace(self) -> list[Plan]:
-        """The Pareto front's plans. Raises Incomplete."""
+    def trace(self) -> list[Plan] | None:
+        """The Pareto front's plans; None when the front is too wide to trace. Raises Incomplete."""
+        try:
+            return self._trace()
+        except Wide:
+            return None
+
+    def _trace(self) -> list[Plan]:
         if not self.axes:
             found = self._cheapest(None, 0, 1)
             return [found[0]] if found else []
@@ -148,8 +163,7 @@ class Front:
         chain_at = max(range(len(ranges)), key=lambda a: (ranges[a][1] - ranges[a][0], -a))
         fixed = [a for a in range(len(self.axes)) if a != chain_at]
         if math.prod(ranges[a][1] - ranges[a][0] + 1 for a in fixed) > MAX_SLICES:
-            self.stop.set()
-            raise Incomplete
+            raise Wide
         chain = self.axes[chain_at][1]
         chain_lo, chain_hi = ranges[chain_at]
         found: list[tuple[Plan, tuple[int, ...]]] = []
@@ -183,12 +197,14 @@ def _violated(dec: "Decomposition", assignment: dict[int, int], rows: list[int])
 
 
 def prove(dec: "Decomposition", mu: list[int], lows: list[int], bound: int, incumbent: dict[int, int], value: int,
-          tie_break: dict[int, int] | None) -> tuple[dict[int, int], int, bool]:
-    """The best plan found, its objective and whether it is proven optimal (then canonical among
-    equals when `tie_break` is given). `bound` is the Lagrangian bound at `mu`, `lows` the blocks'
-    priced minima there, `incumbent` and `value` the best plan so far."""
+          tie_break: dict[int, int] | None) -> tuple[dict[int, int], int, int, bool]:
+    """The best plan found, its objective, a proven lower bound, and whether the plan may stand as
+    the optimum once the bound meets its objective (with a `tie_break`, only an exact master's
+    optimum, which is canonical among equals). `bound` is the Lagrangian bound at `mu`, `lows` the
+    blocks' priced minima there, `incumbent` and `value` the best plan so far."""
     coef = dec.priced(mu)
     rows = [r for r, m in enumerate(mu) if m > 0]
+    lower, exact = bound, False
     window = math.floor((value - bound) * FIRST_WINDOW_SHARE)
     for _ in range(MAX_ROUNDS):
         stop = threading.Event()
@@ -198,16 +214,26 @@ def prove(dec: "Decomposition", mu: list[int], lows: list[int], bound: int, incu
                 columns = list(pool.map(Front.trace, fronts))
         except Incomplete:
             break
-        status, chosen, best = dec.master(columns, rows=rows, cap=value, tie_break=tie_break)
-        if status == "OPTIMAL" and chosen is not None and best is not None:
+        limits = {k: ({i: coef[i] for i in dec.blocks[k].var_of if coef.get(i)}, lows[k] + window)
+                  for k, plans in enumerate(columns) if plans is None}
+        status, chosen, best = dec.master(columns, rows=rows, cap=value, tie_break=tie_break, limits=limits,
+                                          dtime=max(0.01, dec.proof_deadline - time.perf_counter()) if limits else None)
+        if status in ("OPTIMAL", "INFEASIBLE"):
+            # Every plan worth at most bound + window lies within the windows, and the master was exact
+            # over them (rows left out relaxed): nothing beats its optimum, or the incumbent if none.
+            lower = max(lower, min(best if best is not None else value + 1, bound + window + 1))
+        if chosen is not None and best is not None:
             violated = _violated(dec, chosen, rows)
-            if violated:
-                rows = sorted(rows + violated)  # the relaxed plan breaks a row left out: keep that row too
+            if violated:  # the relaxed plan breaks a row left out: keep that row too
+                rows = sorted(rows + violated)
+                _, fitted, fitted_value = dec.master(columns, cap=value, limits=limits)  # the same columns, every row
+                if fitted is not None and fitted_value is not None:
+                    incumbent, value, exact = fitted, fitted_value, False
                 continue
-            if best <= bound + window:  # a better plan would lie within the windows: there is none
-                return chosen, best, True
-            incumbent, value = chosen, best
-        elif status != "INFEASIBLE":
+            incumbent, value, exact = chosen, best, status == "OPTIMAL" and best <= bound + window
+        settled = lower >= value and (exact or tie_break is None)
+        if settled or status not in ("OPTIMAL", "INFEASIBLE"):
             break
-        window = min(value - bound, max(1, window * WINDOW_GROWTH))  # look further
-    return incumbent, value, False
+        # look further; an optimum proven by the bound alone is found canonically with the whole gap
+        window = value - bound if lower >= value else min(value - bound, max(1, window * WINDOW_GROWTH))
+    return incumbent, value, min(lower, value), exact or tie_break is None
