@@ -54,9 +54,11 @@ def test_pareto_keeps_exactly_the_unbeaten_plans():
 
 
 @pytest.mark.parametrize("canonical", [False, True])
-def test_proof_matches_brute_force_and_takes_every_path(canonical, monkeypatch):
-    paths = {"proven": 0, "row added": 0, "window grown": 0}
-    violated, front = projection._violated, projection.Front.__init__
+@pytest.mark.parametrize("wide", [False, True])
+def test_proof_matches_brute_force_and_takes_every_path(canonical, wide, monkeypatch):
+    """With `wide`, a front of more than two solves is too wide: its workload joins the master whole."""
+    paths = {"proven": 0, "row added": 0, "window grown": 0, "whole": 0}
+    violated, front, copy_block = projection._violated, projection.Front.__init__, Decomposition._copy_block
     limits: set[int] = set()  # block 0's window limits in one run: more than one when the window grew
 
     def spy_violated(*args):
@@ -69,8 +71,15 @@ def test_proof_matches_brute_force_and_takes_every_path(canonical, monkeypatch):
             limits.add(limit)
         front(self, dec, k, coef, limit, *args)
 
+    def spy_copy_block(self, master, k):
+        paths["whole"] += 1
+        return copy_block(self, master, k)
+
     monkeypatch.setattr(projection, "_violated", spy_violated)
     monkeypatch.setattr(projection.Front, "__init__", spy_front)
+    monkeypatch.setattr(Decomposition, "_copy_block", spy_copy_block)
+    if wide:
+        monkeypatch.setattr(projection, "MAX_FRONT_SOLVES", 2)
     for seed in range(40):
         model, block_of, costs, tie_break = random_program(seed)
         limits.clear()
@@ -92,3 +101,4 @@ def test_proof_matches_brute_force_and_takes_every_path(canonical, monkeypatch):
         paths["proven"] += 1
         paths["window grown"] += len(limits) > 1
     assert paths["proven"] >= 20 and paths["row added"] >= 1 and paths["window grown"] >= 1, paths
+    assert (paths["whole"] > 0) == wide, paths

@@ -21,8 +21,9 @@ where L_w is block w's priced objective and l_w a proven lower bound of its mini
    fronts is the whole problem: its optimum is proven, and its canonical tie-break is exact.
 
 When step 3 does not finish, the caller keeps the best plan found (the proof's masters may improve
-the incumbent) as a complete hint, and the cuts as rows of the full model. Every number is an integer of the model's own units: the multipliers are
-rounded down to integers, so each cut is exact.
+the incumbent) as a complete hint, the best bound proven, and the cuts as rows of the full model.
+Every number is an integer of the model's own units: the multipliers are rounded down to integers,
+so each cut is exact.
 """
 
 import math
