@@ -616,7 +616,9 @@ def test_enumeration_takes_group_locality_from_the_placement_it_measures():
     # DeepSeek-V3 over four 8-GPU H100 boxes, expert-parallel groups allowed to span them. With a
     # skewed profile the placement keeps the flat search (one group per domain leaves a hot domain),
     # so a wide layout's exchange may reach any domain; with even loads the groups stay whole. The
-    # enumerated candidates say the same as an independent placement at their width.
+    # enumerated candidates say the same as an independent placement at their width, with as many
+    # ranks per box as the final placement puts there: 8 x EP / stage size (an expert rank of
+    # stage size / EP accelerators), at least one.
     from planner.model.catalog import load_model_catalog
     from planner.placement.groups import expert_groups_local
     from planner.solver.solve import prepare
@@ -629,10 +631,12 @@ def test_enumeration_takes_group_locality_from_the_placement_it_measures():
                "workloads": [{"name": "chat", "input_tokens": 2048, "output_tokens": 256, "tpot_limit_ms": 100}]}
         resolved = resolve_problem(parse_problem(raw))
         _, analyses = prepare(resolved)
-        wide = [c for c in analyses[("chat", "hgx-h100")].candidates if c.layout.ep > 8]
-        assert wide, "no expert-parallel layout spans two boxes"
+        wide = [c for c in analyses[("chat", "hgx-h100")].candidates if c.layout.ep > 1 and c.layout.stage_size > 8]
+        assert any(c.layout.ep > 8 for c in wide), "no expert-parallel layout spans two boxes"
+        assert any(c.layout.stage_size != c.layout.ep for c in wide), "no expert rank of several accelerators"
         for c in wide:
             loads = next(iter(resolved.models.values())).expert_loads
-            placement = place_experts(arch, loads, c.layout.ep, 0, ranks_per_node=8)
-            local = expert_groups_local(arch, c.layout.ep, 8, [[list(r) for r in layer.slots] for layer in placement.layers])
-            assert c.inputs.expert_groups_local == local == (not spread_expected)
+            per_box = max(1, 8 * c.layout.ep // c.layout.stage_size)
+            placement = place_experts(arch, loads, c.layout.ep, 0, ranks_per_node=per_box)
+            local = expert_groups_local(arch, c.layout.ep, per_box, [[list(r) for r in layer.slots] for layer in placement.layers])
+            assert c.inputs.expert_groups_local == local == (not spread_expected), (c.layout, distribution)

@@ -20,8 +20,9 @@ __all__ = ["expert_groups_local", "grouping_is_free", "groups_fit_nodes", "group
 
 def ranks_per_domain(domain_accelerators: int, ep: int, stage_size: int) -> int:
     """Expert-parallel ranks in one scale-up domain when `ep` ranks share a stage of `stage_size`
-    accelerators (an expert rank is stage_size / ep accelerators)."""
-    return domain_accelerators * ep // stage_size
+    accelerators (an expert rank is stage_size / ep accelerators); 1 when a rank is larger than a
+    domain (each rank then has domains of its own)."""
+    return max(1, domain_accelerators * ep // stage_size)
 
 
 def groups_fit_nodes(n_experts: int, expert_groups: int, groups_per_token: int, n_ranks: int, ranks_per_node: int | None) -> bool:

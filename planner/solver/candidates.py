@@ -41,6 +41,7 @@ from planner.physics.deployment import (
 from planner.physics.estimate import BatchTable, DeploymentInputs
 from planner.physics.kv_cache import CacheUse, tiers_for
 from planner.physics.links import default_replica_links, kv_handoff_s
+from planner.placement.groups import ranks_per_domain
 from planner.problem.resolve import ResolvedWorkload, resolve_precisions
 from planner.problem.schema import PrecisionSpec
 from planner.solver.batch_search import (
@@ -244,12 +245,13 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
 
 def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType, workloads: Sequence[ResolvedWorkload],
                  overheads: Overheads, settings: CandidateSettings, max_accelerators: int | None,
-                 expert_load: Callable[[int], tuple[float, bool]] = lambda ep: (1.0, True), expert_routing: str | None = None) -> list[RackAnalysis]:
+                 expert_load: Callable[[int, int], tuple[float, bool]] = lambda ep, ranks_per_domain: (1.0, True),
+                 expert_routing: str | None = None) -> list[RackAnalysis]:
     """For each of `workloads` (of one model and lengths, differing in their limits), all candidates
     on `rack` in each serving role the workload allows, and the reasons other layouts were rejected;
-    their batch tables are evaluated together. `expert_load(ep)` is the hottest rank's expert load
-    over the mean for `ep` ranks, and whether that placement keeps the expert groups in their
-    domains; `expert_routing` the skew of the expert kernels (None: the model's)."""
+    their batch tables are evaluated together. `expert_load(ep, ranks_per_domain)` is the hottest
+    rank's expert load over the mean for `ep` ranks, that many of them in each scale-up domain, and
+    whether that placement keeps the expert groups in their domains (as the final placement will); `expert_routing` the skew of the expert kernels (None: the model's)."""
     precisions, notes = resolve_precisions(precision_spec, arch, rack.accelerator)
     max_stage = rack.n_accelerators if not settings.allow_spanning_domains else max(rack.n_accelerators, max_accelerators or 1024)
     analyses = [RackAnalysis(w.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes, max_stage_size=max_stage)
@@ -263,7 +265,7 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
                 analysis.reject("invalid")
             continue
         spread = arch.is_moe and layout.ep > 1
-        imbalance, groups_local = expert_load(layout.ep) if spread else (1.0, True)
+        imbalance, groups_local = expert_load(layout.ep, ranks_per_domain(rack.n_accelerators, layout.ep, layout.stage_size)) if spread else (1.0, True)
         links = default_replica_links(rack, layout, overheads.collective_latency_s)
         spans = links.tp.spans_domains or links.stage.spans_domains  # pipeline stages may sit in different racks
         searches = []

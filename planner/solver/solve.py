@@ -143,12 +143,6 @@ SHARE_TABLES = True
 _FORKED: tuple | None = None  # what forked enumeration workers read: (resolved, settings, imbalance, batches)
 
 
-def _per_domain(expert_load: Callable[..., tuple[float, bool]], rack) -> Callable[[int], tuple[float, bool]]:
-    """ep -> (imbalance, groups local) for layouts on `rack`, placed with one rank per accelerator of
-    each scale-up domain."""
-    return lambda ep: expert_load(ep, rack.n_accelerators)
-
-
 def _routing(model: ResolvedModel) -> str | None:
     """With an expert-load profile the placement measures the imbalance, so the expert kernels run at
     balanced routing; without one, at the model's routing skew."""
@@ -172,7 +166,7 @@ def _analyse_together(resolved: ResolvedProblem, settings: CandidateSettings, im
     _, w, rack, max_accelerators = jobs[0]
     model = resolved.models[w.model_key]
     analyses = analyse_rack(model.arch, model.precisions, rack, [job[1] for job in jobs], resolved.hardware.overheads, settings,
-                            max_accelerators, _per_domain(imbalance[w.model_key], rack), _routing(model))
+                            max_accelerators, imbalance[w.model_key], _routing(model))
     return [(job[0], analysis) for job, analysis in zip(jobs, analyses, strict=True)]
 
 
