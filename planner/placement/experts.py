@@ -296,6 +296,18 @@ def slots_per_rank_for(n_experts: int, n_ranks: int, redundant_per_rank: int) ->
     return min(n_experts, n_experts // n_ranks + redundant_per_rank)
 
 
+def node_grouping(arch: ModelArch, loads: np.ndarray, n_ranks: int, ranks_per_node: int | None,
+                  previous: list[list[int]] | None = None) -> int | None:
+    """`ranks_per_node` when `place_experts` keeps each expert group inside one domain (the ranks
+    span several, routing is group-limited, and whole groups cost no balance); None when it places
+    over all ranks at once, which does not depend on `ranks_per_node`."""
+    m = arch.moe
+    if previous is not None or ranks_per_node is None or not groups_fit_nodes(
+            m.n_routed_experts, m.expert_groups, m.groups_per_token, n_ranks, ranks_per_node):
+        return None
+    return ranks_per_node if grouping_is_free(loads, m.expert_groups, n_ranks // ranks_per_node) else None
+
+
 def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_per_rank: int = 0, *, method: str = "greedy",
                   time_limit_s: float = 5.0, workers: int = 2, profile: str = "", previous: list[list[int]] | None = None,
                   max_moves_per_layer: int | None = None, ranks_per_node: int | None = None) -> ExpertPlacement:
@@ -310,9 +322,8 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
     moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
     deadline = start + time_limit_s
     m = arch.moe
-    grouped = ((m.expert_groups, ranks_per_node) if previous is None and ranks_per_node is not None and groups_fit_nodes(
-        m.n_routed_experts, m.expert_groups, m.groups_per_token, n_ranks, ranks_per_node)
-        and grouping_is_free(loads, m.expert_groups, n_ranks // ranks_per_node) else None)
+    per_node = node_grouping(arch, loads, n_ranks, ranks_per_node, previous)
+    grouped = (m.expert_groups, per_node) if per_node is not None else None
 
     def before(i: int) -> list[list[int]] | None:
         if previous is None:

@@ -18,7 +18,12 @@ from planner.model.expert_loads import synthetic_profile
 from planner.modes import ServingRole
 from planner.physics.cost import usd_per_million_tokens
 from planner.physics.estimate import Estimate, estimate
-from planner.placement.experts import ExpertPlacement, place_experts, slots_per_rank_for
+from planner.placement.experts import (
+    ExpertPlacement,
+    node_grouping,
+    place_experts,
+    slots_per_rank_for,
+)
 from planner.placement.fleet import PlacementFailed, place_plan
 from planner.placement.groups import expert_groups_local, ranks_per_domain
 from planner.problem.resolve import ResolvedModel, ResolvedProblem
@@ -277,15 +282,19 @@ def _imbalance_function(resolved: ResolvedProblem, model: ResolvedModel) -> Call
     loads = model.expert_loads if model.expert_loads is not None else synthetic_profile(model.arch, distribution="uniform")
     redundant = options.redundant_experts_per_rank
     cache: dict[tuple[int, int | None], tuple[float, bool]] = {}
+    placements: dict[tuple[int, int | None], ExpertPlacement] = {}  # by width and grouping: most domain sizes place alike
 
     def expert_load(ep: int, ranks_per_node: int | None = None) -> tuple[float, bool]:
         if (ep, ranks_per_node) not in cache:
             previous = resolved.previous_expert_map(model.arch.id, ep, model.arch.moe.n_routed_experts // ep + redundant)
             budget = options.max_expert_moves_per_layer if previous is not None else None
-            placement = place_experts(model.arch, loads, ep, redundant, method="greedy", previous=previous if budget is not None else None,
-                                      max_moves_per_layer=budget, ranks_per_node=ranks_per_node)
-            local = expert_groups_local(model.arch, ep, ranks_per_node or ep, [[list(r) for r in L.slots] for L in placement.layers])
-            cache[(ep, ranks_per_node)] = (placement.imbalance, local)
+            previous = previous if budget is not None else None
+            key = (ep, node_grouping(model.arch, loads, ep, ranks_per_node, previous))
+            if key not in placements:
+                placements[key] = place_experts(model.arch, loads, ep, redundant, method="greedy", previous=previous,
+                                                max_moves_per_layer=budget, ranks_per_node=ranks_per_node)
+            layers = [[list(r) for r in L.slots] for L in placements[key].layers]
+            cache[(ep, ranks_per_node)] = (placements[key].imbalance, expert_groups_local(model.arch, ep, ranks_per_node or ep, layers))
         return cache[(ep, ranks_per_node)]
 
     return expert_load
