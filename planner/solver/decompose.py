@@ -46,6 +46,7 @@ SUB_DTIME = 0.5  # deterministic-time limit of one workload's solve
 MASTER_DTIME = 4.0  # deterministic-time limit of one master solve
 PROOF_SHARE = 0.8  # of the time budget, at most, until the proof gives up
 MASTER_SHARE = 0.15  # of the time budget, at most, for one master solve
+WHOLE_MASTER_SHARE = 0.3  # of the time budget, in deterministic time, for a master with workloads whole
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,7 @@ class Decomposition:
         self.deadline = time.perf_counter() + wall_s  # a safety net: the work itself is bounded in deterministic time
         self.proof_deadline = time.perf_counter() + PROOF_SHARE * wall_s  # CP-SAT keeps the rest when the proof runs out
         self.master_dtime = min(MASTER_DTIME, MASTER_SHARE * wall_s)
+        self.whole_master_dtime = WHOLE_MASTER_SHARE * wall_s  # a master with whole workloads is a CP-SAT search of its own
         objective = model.proto.objective
         self.objective = dict(zip(objective.vars, objective.coeffs))
         self.offset = round(objective.offset)

@@ -217,7 +217,7 @@ def prove(dec: "Decomposition", mu: list[int], lows: list[int], bound: int, incu
         limits = {k: ({i: coef[i] for i in dec.blocks[k].var_of if coef.get(i)}, lows[k] + window)
                   for k, plans in enumerate(columns) if plans is None}
         status, chosen, best = dec.master(columns, rows=rows, cap=value, tie_break=tie_break, limits=limits,
-                                          dtime=max(0.01, dec.proof_deadline - time.perf_counter()) if limits else None)
+                                          dtime=dec.whole_master_dtime if limits else None)
         if status in ("OPTIMAL", "INFEASIBLE"):
             # Every plan worth at most bound + window lies within the windows, and the master was exact
             # over them (rows left out relaxed): nothing beats its optimum, or the incumbent if none.
