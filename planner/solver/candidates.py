@@ -251,7 +251,8 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
     on `rack` in each serving role the workload allows, and the reasons other layouts were rejected;
     their batch tables are evaluated together. `expert_load(ep, ranks_per_domain)` is the hottest
     rank's expert load over the mean for `ep` ranks, that many of them in each scale-up domain, and
-    whether that placement keeps the expert groups in their domains (as the final placement will); `expert_routing` the skew of the expert kernels (None: the model's)."""
+    whether that placement keeps the expert groups in their domains (as the final placement will);
+    `expert_routing` the skew of the expert kernels (None: the model's)."""
     precisions, notes = resolve_precisions(precision_spec, arch, rack.accelerator)
     max_stage = rack.n_accelerators if not settings.allow_spanning_domains else max(rack.n_accelerators, max_accelerators or 1024)
     analyses = [RackAnalysis(w.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes, max_stage_size=max_stage)
@@ -265,7 +266,8 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
                 analysis.reject("invalid")
             continue
         spread = arch.is_moe and layout.ep > 1
-        imbalance, groups_local = expert_load(layout.ep, ranks_per_domain(rack.n_accelerators, layout.ep, layout.stage_size)) if spread else (1.0, True)
+        per_domain = ranks_per_domain(rack.n_accelerators, layout.ep, layout.stage_size)
+        imbalance, groups_local = expert_load(layout.ep, per_domain) if spread else (1.0, True)
         links = default_replica_links(rack, layout, overheads.collective_latency_s)
         spans = links.tp.spans_domains or links.stage.spans_domains  # pipeline stages may sit in different racks
         searches = []

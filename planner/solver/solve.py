@@ -271,10 +271,10 @@ def expert_imbalance_functions(resolved: ResolvedProblem) -> dict[str, Callable[
 
 
 def _imbalance_function(resolved: ResolvedProblem, model: ResolvedModel) -> Callable[..., tuple[float, bool]]:
-    """ep -> the expert imbalance a greedy + swap placement of the model's load profile reaches
-    (within the move budget from the previous plan's map, when there is one for that width), and
-    whether that placement keeps the expert groups inside their domains (the step model's
-    group-limited exchange). Without a profile or a budget: balanced, and the engines' contiguous,
+    """(ep, ranks per domain) -> the expert imbalance a greedy + swap placement of the model's load
+    profile reaches (within the move budget from the previous plan's map, when there is one for that
+    width), and whether that placement keeps the expert groups inside their domains (the step
+    model's group-limited exchange). Without a profile or a budget: balanced, and the engines' contiguous,
     group-aligned default."""
     options = resolved.problem.placement
     if model.expert_loads is None and options.max_expert_moves_per_layer is None:
