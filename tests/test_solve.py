@@ -94,6 +94,25 @@ def test_a_time_limit_returns_the_best_plan_with_its_gap():
     assert check_plan(resolved, solve_record(result)) == []
 
 
+def test_an_unproven_plan_says_how_far_the_optimum_may_be_and_what_to_raise(solved):
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from planner.output.plan_report import render_solve
+
+    result = solved["deepseek-v3-gb200-nvl72"][1]
+    stats = replace(result.stats, status="FEASIBLE", best_bound=result.stats.objective * (1 - 0.00012), gap=0.00012, time_limit_s=10.0)
+    console = Console(record=True, width=300)
+    render_solve(replace(result, status="FEASIBLE", stats=stats), console)
+    text = console.export_text()
+    assert "Not proven optimal within the 10 s limit: the optimum is at most 0.012% better than this plan" in text
+    assert "--time-limit" in text
+    console = Console(record=True, width=300)
+    render_solve(result, console)
+    assert "Not proven" not in console.export_text()
+
+
 def test_explanations_name_binding_limits_dominant_terms_and_the_runner_up(solved):
     _, result = solved["mixed-fleet-three-models"]
     lines = result.explanation.lines()

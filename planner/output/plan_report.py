@@ -211,6 +211,9 @@ def render_solve(result: SolveResult, console: Console) -> None:
         head += f", objective {s.objective:.6g} {s.objective_unit} (bound {s.best_bound:.6g}, gap {s.gap:.2%})"
     head += f"; {s.n_candidates} candidates, solved in {s.wall_time_s:.2f} s (total {s.total_time_s:.2f} s, seed {s.seed}, {s.workers} workers)"
     console.print(head)
+    if result.status == "FEASIBLE":
+        console.print(f"Not proven optimal within the {s.time_limit_s:g} s limit: the optimum is at most {s.gap:.3%} better than "
+                      "this plan; a longer --time-limit (solver.time_limit_s) may prove it or find a better one.")
     if result.has_plan:
         console.print(_plan_table(result))
         console.print(f"Fleet: {result.accelerators} accelerators, {format_usd(result.usd_per_hour)}/h "
