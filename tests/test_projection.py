@@ -96,6 +96,9 @@ def test_proof_matches_brute_force_and_takes_every_path(canonical, wide, monkeyp
         assert outcome.proven, seed  # these fronts are tiny: the proof always finishes
         assert outcome.objective == expected[0], seed
         plan = [outcome.assignment[i] for i in range(len(costs))]
+        for constraint in model.proto.constraints:  # the plan meets every row, coupling or not
+            lo, hi = list(constraint.linear.domain)
+            assert lo <= sum(c * plan[i] for i, c in zip(constraint.linear.vars, constraint.linear.coeffs)) <= hi, seed
         if canonical:
             assert sum(tie_break[i] * v for i, v in enumerate(plan)) == expected[1], seed
         paths["proven"] += 1
