@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
-from planner.solver.projection import prove
+from planner.solver.projection import prove, term_range, weighted
 
 __all__ = ["Decomposition", "Outcome", "split_by_block"]
 
@@ -121,7 +121,7 @@ def split_by_block(model: cp_model.CpModel, block_of: dict[int, str], constants:
             rows += _as_rows(terms, bounds)
             continue
         block = blocks[owners.pop()]
-        expression = cp_model.LinearExpr.weighted_sum([block.var_of[r] for r, _ in terms], [c for _, c in terms])
+        expression = weighted(block.var_of, terms)
         added = block.model.add_linear_expression_in_domain(expression, cp_model.Domain(*bounds))
         if live:
             added.only_enforce_if([_literal(lit, block.var_of) for lit in live])
@@ -179,7 +179,7 @@ class Decomposition:
         """The block's proven minimum at the prices, its priced terms (the cut) and its plan."""
         block, coef = args
         terms = tuple((i, coef[i]) for i in block.var_of if coef.get(i))
-        block.model.minimize(cp_model.LinearExpr.weighted_sum([block.var_of[i] for i, _ in terms], [c for _, c in terms]))
+        block.model.minimize(weighted(block.var_of, terms))
         solver = self._solver(SUB_DTIME)
         solver.parameters.cp_model_presolve = False  # a few dozen variables: presolve costs more than it saves
         status = solver.solve(block.model)
@@ -265,7 +265,7 @@ class Decomposition:
             per_block: dict[int, int] = {}
             for index, c in row.terms:
                 domain = self.model.proto.variables[index].domain
-                per_block[owner[index]] = per_block.get(owner[index], 0) + min(c * domain[0], c * domain[len(domain) - 1])
+                per_block[owner[index]] = per_block.get(owner[index], 0) + term_range(domain, c)[0]
             least.append(per_block)
         return least
 
@@ -283,9 +283,8 @@ class Decomposition:
             for r, row in enumerate(self.rows):
                 mine = [(i, c) for i, c in row.terms if i in var]
                 if mine:
-                    model.add(cp_model.LinearExpr.weighted_sum([var[i] for i, _ in mine], [c for _, c in mine]) <= row.rhs - used[r] + held[k][r])
-            terms = [(i, coef[i]) for i in var if coef.get(i)]
-            model.minimize(cp_model.LinearExpr.weighted_sum([var[i] for i, _ in terms], [c for _, c in terms]))
+                    model.add(weighted(var, mine) <= row.rhs - used[r] + held[k][r])
+            model.minimize(weighted(var, coef))
             solver = self._solver(SUB_DTIME)
             if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 return False
@@ -332,7 +331,7 @@ class Decomposition:
                 atoms += [(x, {i: 1}, False) for i, x in var.items()]
                 if limits and k in limits:
                     terms, most = limits[k]
-                    master.add(cp_model.LinearExpr.weighted_sum([var[i] for i in terms], list(terms.values())) <= most)
+                    master.add(weighted(var, terms) <= most)
                 continue
             picks = [master.new_bool_var(f"{self.blocks[k].name}#{n}") for n in range(len(plans))]
             master.add_exactly_one(picks)

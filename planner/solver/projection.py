@@ -29,6 +29,7 @@ import itertools
 import math
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,7 @@ from ortools.sat.python import cp_model
 if TYPE_CHECKING:
     from planner.solver.decompose import Decomposition
 
-__all__ = ["prove"]
+__all__ = ["prove", "term_range", "weighted"]
 
 FIRST_WINDOW_SHARE = 1 / 16  # of the incumbent's gap: the first window tried
 WINDOW_GROWTH = 4
@@ -57,9 +58,17 @@ class Wide(Exception):
     """A front with too many slices or solves: its workload joins the master whole."""
 
 
-def _weighted(var: dict[int, cp_model.IntVar], coef: dict[int, int]) -> cp_model.LinearExpr:
-    terms = [(i, c) for i, c in coef.items() if c and i in var]
+def weighted(var: dict[int, cp_model.IntVar], coef: dict[int, int] | Iterable[tuple[int, int]]) -> cp_model.LinearExpr:
+    """sum(c * var[i]) over the (index, coefficient) pairs whose index `var` maps."""
+    pairs = coef.items() if isinstance(coef, dict) else coef
+    terms = [(i, c) for i, c in pairs if c and i in var]
     return cp_model.LinearExpr.weighted_sum([var[i] for i, _ in terms], [c for _, c in terms])
+
+
+def term_range(domain, c: int) -> tuple[int, int]:
+    """The least and the most of c * x over a variable's flat domain."""
+    ends = (c * domain[0], c * domain[len(domain) - 1])
+    return min(ends), max(ends)
 
 
 class Front:
@@ -75,7 +84,7 @@ class Front:
         self.model.clear_objective()
         self.indices = list(block.var_of)
         self.var = {i: self.model.get_int_var_from_proto_index(block.var_of[i].index) for i in self.indices}
-        self.model.add(_weighted(self.var, coef) <= limit)  # the window
+        self.model.add(weighted(self.var, coef) <= limit)  # the window
         self.cost = self._pinned(dec.objective, "cost")
         self.tie_break = self._pinned(tie_break, "tie_break") if tie_break is not None else None
         self.axes: list[tuple[int, cp_model.IntVar]] = []  # (row, its use by this workload)
@@ -89,10 +98,10 @@ class Front:
         terms = [(i, c) for i, c in coef.items() if c and i in self.var]
         lo = hi = 0
         for i, c in terms:
-            domain = self.model.proto.variables[self.var[i].index].domain
-            lo, hi = lo + min(c * domain[0], c * domain[len(domain) - 1]), hi + max(c * domain[0], c * domain[len(domain) - 1])
+            least, most = term_range(self.model.proto.variables[self.var[i].index].domain, c)
+            lo, hi = lo + least, hi + most
         var = self.model.new_int_var(lo, hi, name)
-        self.model.add(var == _weighted(self.var, coef))
+        self.model.add(var == weighted(self.var, coef))
         return var
 
     def _limit(self, var: cp_model.IntVar, lo: int, hi: int) -> None:
