@@ -24,15 +24,11 @@ from planner.physics.memory import (
     kv_shard_fraction,
     weight_bytes_per_accelerator,
 )
+from planner.physics.prefill import PrefillPass, prefill_pass
 from planner.physics.roofline import StepTime, step_total_s
 from planner.physics.stages import Stages, stages
-from planner.physics.step import (
-    PrefillPass,
-    StepContext,
-    StepTerms,
-    decode_terms,
-    prefill_pass,
-)
+from planner.physics.step import decode_terms
+from planner.physics.step_parts import StepContext, StepTerms
 
 __all__ = ["PAGED_KV_HEADROOM", "WORST_CASE_QUEUE_DEPARTURES", "BatchTable", "FixedParts", "evaluate_batches", "fixed_parts",
            "kv_reservation", "step_context"]

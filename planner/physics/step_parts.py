@@ -1,0 +1,139 @@
+"""What both step models share: the step context of one deployment, the step terms they return,
+and the parts of a forward pass written once for both (the experts a batch touches, the collectives
+over the graph's links, the pipeline hand-off, the KV and expert bytes a step reads).
+
+Arrays have shape (n_batches, pp); token counts come in as (n, 1).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.hardware.kernels import KernelRates
+from planner.model.architecture import ModelArch, kv_bytes_per_sequence
+from planner.modes import StepModel
+from planner.physics.inputs import DeploymentInputs
+from planner.physics.links import EffectiveLinks, ReplicaLinks
+from planner.physics.memory import (
+    kv_bytes_per_accelerator,
+    kv_shard_fraction,
+    weight_bytes_per_accelerator,
+)
+from planner.physics.roofline import (
+    all_reduce_time_s,
+    all_to_all_time_s,
+    expert_touch_fraction,
+    point_to_point_time_s,
+)
+from planner.physics.stages import Stages
+
+__all__ = ["ALL_REDUCES_PER_LAYER", "DISPATCH_AND_COMBINE", "StepContext", "StepTerms", "all_reduces_per_stage", "decode_kv_bytes",
+           "expert_weight_bytes", "moe_exchange", "pp_send", "roofline_all_reduces", "roofline_comm", "roofline_exchange",
+           "touch_fraction"]
+
+ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style tensor parallelism)
+DISPATCH_AND_COMBINE = 2  # an expert all-to-all goes out (dispatch) and comes back (combine)
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What every term of one deployment needs, computed once."""
+
+    inp: DeploymentInputs
+    st: Stages
+    links: ReplicaLinks
+    eff: EffectiveLinks
+    flops_per_s: float  # roofline: achievable FLOP/s at the compute format
+    hbm_bytes_per_s: float  # roofline: achievable HBM bandwidth
+    rates: KernelRates | None  # calibrated curves (None: the roofline is used)
+
+    @property
+    def calibrated(self) -> bool:
+        return self.inp.step_model is StepModel.CALIBRATED and self.rates is not None
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """Per-stage step terms (n, pp) and the range of their sum as ratios to it (p10, p90)."""
+
+    compute: np.ndarray
+    weights: np.ndarray
+    kv: np.ndarray
+    comm: np.ndarray
+    overhead: np.ndarray
+    low_ratio: np.ndarray
+    high_ratio: np.ndarray
+
+    def as_tuple(self) -> tuple[np.ndarray, ...]:
+        return self.compute, self.weights, self.kv, self.comm, self.overhead
+
+
+def touch_fraction(arch: ModelArch, tokens: np.ndarray) -> np.ndarray:
+    if not arch.is_moe:
+        return np.zeros_like(tokens)
+    return expert_touch_fraction(tokens, arch.moe.experts_per_token, arch.moe.n_routed_experts)
+
+
+def moe_exchange(ctx: StepContext) -> bool:
+    lay, arch = ctx.inp.layout, ctx.inp.arch
+    return arch.is_moe and (lay.ep > 1 or lay.dp_attn > 1)
+
+
+def roofline_comm(ctx: StepContext, tokens_per_rank: np.ndarray, tokens_per_stage: np.ndarray) -> np.ndarray:
+    """Per-stage communication of one forward pass over the graph's links: TP all-reduces, the MoE
+    token exchange, the hand-off to the next stage.
+
+    The MoE exchange is needed whenever a MoE layer mixes tokens of several attention ranks or
+    spreads experts over ranks (ep > 1 or dp_attn > 1). Each token goes to its k experts' ranks
+    (docs/physics.md: B * k * d * b_a per layer), or with ep = 1 once to every rank, and reaches all
+    `expert_tp` accelerators of each; (n-1)/n of the copies leave their sender. It replaces the MoE
+    layer's MLP all-reduce."""
+    comm = roofline_all_reduces(ctx, tokens_per_rank)
+    if moe_exchange(ctx):
+        comm = comm + roofline_exchange(ctx, tokens_per_stage)
+    return comm + pp_send(ctx, tokens_per_stage)
+
+
+def all_reduces_per_stage(ctx: StepContext) -> np.ndarray:
+    """Tensor-parallel all-reduces of a stage's forward pass (the MoE exchange replaces a MoE layer's second)."""
+    st = ctx.st
+    return ALL_REDUCES_PER_LAYER * st.n_layers - (st.n_moe_layers if moe_exchange(ctx) else 0)
+
+
+def roofline_all_reduces(ctx: StepContext, tokens_per_rank: np.ndarray) -> np.ndarray:
+    inp, eff = ctx.inp, ctx.eff
+    message = tokens_per_rank * inp.arch.hidden_size * inp.precisions.activation_bytes
+    return all_reduces_per_stage(ctx) * all_reduce_time_s(message, inp.layout.tp, eff.tp_bytes_per_s, eff.latency_s)
+
+
+def roofline_exchange(ctx: StepContext, tokens_per_stage: np.ndarray) -> np.ndarray:
+    """Dispatch and combine of every MoE layer over the graph's links (bisection and injection bound)."""
+    inp, eff, lay, arch = ctx.inp, ctx.eff, ctx.inp.layout, ctx.inp.arch
+    copies = arch.moe.experts_per_token if lay.ep > 1 else 1
+    remote = (lay.stage_size - 1) / lay.stage_size
+    hidden_bytes = arch.hidden_size * inp.precisions.activation_bytes
+    per_member = tokens_per_stage / lay.stage_size * copies * lay.expert_tp * hidden_bytes * remote * inp.expert_imbalance
+    one_way = all_to_all_time_s(per_member, lay.stage_size, eff.stage_injection_bytes_per_s, eff.stage_bisection_bytes_per_s, eff.latency_s)
+    return ctx.st.n_moe_layers * DISPATCH_AND_COMBINE * one_way
+
+
+def pp_send(ctx: StepContext, tokens_per_stage: np.ndarray) -> np.ndarray:
+    lay = ctx.inp.layout
+    if lay.pp == 1:
+        return 0.0 * tokens_per_stage * np.ones((1, 1))
+    hidden_bytes = ctx.inp.arch.hidden_size * ctx.inp.precisions.activation_bytes
+    send = point_to_point_time_s(tokens_per_stage * hidden_bytes, ctx.eff.pp_bytes_per_s, ctx.eff.latency_s)
+    return np.where(np.arange(lay.pp) == lay.pp - 1, 0.0, send)
+
+
+def decode_kv_bytes(ctx: StepContext, per_rank: np.ndarray) -> np.ndarray:
+    inp = ctx.inp
+    mean_context = inp.input_tokens + inp.output_tokens / 2
+    per_sequence = ctx.st.per_stage(kv_bytes_per_sequence(inp.arch, mean_context, inp.precisions.kv_bytes))
+    return kv_bytes_per_accelerator(per_rank, per_sequence, kv_shard_fraction(inp.arch, inp.layout.tp))
+
+
+def expert_weight_bytes(ctx: StepContext, touch: np.ndarray) -> np.ndarray:
+    inp, st, lay = ctx.inp, ctx.st, ctx.inp.layout
+    return weight_bytes_per_accelerator(0.0 * st.dense_params, st.routed_total_params * touch * inp.expert_slot_factor,
+                                        lay.tp, lay.stage_size, inp.precisions.weight_bytes, inp.precisions.expert_weight_bytes)
