@@ -64,24 +64,32 @@ def test_estimate_from_a_bundled_problem(tmp_path):
 
 
 def test_estimate_a_pool_replica_and_a_prompt_cache_tier(tmp_path, capsys):
-    """The TTFT parts add up in each role: a prefill replica waits for the prompt ahead (one whole
-    prefill) and then prefills; a decode replica's request joins the next step; an aggregated
-    replica with a prompt cache in remote storage serves a hit with 50 ms + prefix bytes over
-    4 x 0.64 x 50 GB/s, then prefills the uncached 2,048 of its 32,768 tokens."""
+    """The TTFT parts add up in each role (Poisson arrivals: a request waits half a step or pass on
+    average, 0.9 of one at the 90th percentile, then its own service). A prefill replica with one
+    16,384-token prompt per pass cuts it into two 8,192-token chunks: two passes. A decode replica's
+    request joins the next step and leaves with it. An aggregated replica with a prompt cache in
+    remote storage: a miss rides its 32,768 tokens in four 8,192-token chunks, one step each; a hit
+    reloads 50 ms + prefix bytes over 4 x 0.64 x 50 GB/s, then rides its uncached 2,048 tokens in
+    one step that carries a quarter of a chunk's extra time; 90% of requests hit."""
     out = tmp_path / "e.json"
     assert main(["estimate", "disaggregation-wins-long-prompts", "--tp", "1", "--batch", "1", "--role", "prefill", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
-    assert r["role"] == "prefill" and r["queue_wait_s"] == pytest.approx(r["prefill_latency_s"])
-    assert r["ttft_s"] == pytest.approx(2 * r["prefill_latency_s"])
+    pass_s = r["prefill_chunk_step_time_s"]["total"]
+    assert r["role"] == "prefill" and r["queue_wait_s"] == pytest.approx(pass_s / 2)
+    assert r["prefill_latency_s"] == pytest.approx(2 * pass_s)
+    assert r["ttft_s"] == pytest.approx(2.5 * pass_s) and r["ttft_p90_s"] == pytest.approx(2.9 * pass_s)
     assert main(["estimate", "disaggregation-wins-long-prompts", "--tp", "4", "--batch", "64", "--role", "decode", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
-    assert r["ttft_s"] == pytest.approx(r["tpot_s"]) == pytest.approx(r["queue_wait_s"])  # one stage: joining = one step
+    assert r["queue_wait_s"] == pytest.approx(r["tpot_s"] / 2)  # one stage: a step is TPOT
+    assert r["ttft_s"] == pytest.approx(1.5 * r["tpot_s"]) and r["ttft_p90_s"] == pytest.approx(1.9 * r["tpot_s"])
     assert main(["estimate", "prompt-cache-coding-agent", "--tp", "2", "--dp-attn", "2", "--ep", "4", "--batch", "14",
                  "--cache-tier", "remote-storage", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
-    hit = 0.050 + 30720 * 35136 / (4 * 0.64 * 50e9) + r["prefill_latency_s"] * 2048 / 32768
+    step_s, carrying_s = r["step_time_s"]["total"], r["prefill_latency_s"] / 4
+    hit = 0.050 + 30720 * 35136 / (4 * 0.64 * 50e9) + step_s + (carrying_s - step_s) * 2048 / 8192
     assert r["cache_hit_latency_s"] == pytest.approx(hit, rel=1e-9)
-    assert r["ttft_s"] == pytest.approx(r["queue_wait_s"] + max(r["prefill_latency_s"], hit))
+    assert r["ttft_s"] == pytest.approx(step_s / 2 + 0.1 * r["prefill_latency_s"] + 0.9 * hit)
+    assert r["ttft_p90_s"] == pytest.approx(0.9 * step_s + max(r["prefill_latency_s"], hit))  # misses are 10% of requests
     capsys.readouterr()
     assert main(["estimate", "llama-3.1-70b-hgx-h100", "--tp", "8", "--batch", "8", "--cache-tier", "hbm"]) == 2
     assert "--cache-tier" in capsys.readouterr().err  # no prefix_cache to place

@@ -79,15 +79,46 @@ def test_prefill_and_ttft_of_llama_8b_on_one_h100(run_estimate):
     share = batch * isl / osl / tokens
     mixed_step = max((2 * ACTIVE * batch + ATTN_FLOPS_PER_CONTEXT_TOKEN * 1152 * batch) / F_EFF + share * compute_s,
                      (2 * ACTIVE + batch * 1152 * KV_PER_TOKEN_BF16) / BW_EFF + share * kv_s)
+    # a new request's whole 1024-token prompt rides in the next step on top of those 128 tokens
+    carry = (128 + isl) / tokens
+    carrying_step = max((2 * ACTIVE * batch + ATTN_FLOPS_PER_CONTEXT_TOKEN * 1152 * batch) / F_EFF + carry * compute_s,
+                        (2 * ACTIVE + batch * 1152 * KV_PER_TOKEN_BF16) / BW_EFF + carry * kv_s)
     e = run_estimate("llama-3.1-8b", "hgx-h100", batch, isl, osl)
     assert e.prefill_chunk_step.bound == "compute"
-    assert e.prefill_latency_s == pytest.approx(prefill_s, rel=1e-9)
+    assert e.prefill_chunk_step.total_s == pytest.approx(prefill_s, rel=1e-9)
     assert e.prefill_riders_per_step == pytest.approx(128)
     assert e.tpot_s == pytest.approx(mixed_step, rel=1e-9)  # the prompts' FLOPs hide under the weight fetch
-    assert e.queue_wait_s == pytest.approx(2 * mixed_step, rel=1e-9)  # claim 3: two departures
+    assert e.queue_wait_s == pytest.approx(mixed_step / 2, rel=1e-9)  # a Poisson arrival waits half the step in progress
+    assert e.prefill_latency_s == pytest.approx(carrying_step, rel=1e-9)
     assert e.sustained_output_tokens_per_s == pytest.approx(batch / mixed_step, rel=1e-9)
-    assert e.ttft_s == pytest.approx(prefill_s + 2 * mixed_step, rel=1e-9)
+    assert e.ttft_s == pytest.approx(mixed_step / 2 + carrying_step, rel=1e-9)
+    assert e.ttft_p90_s == pytest.approx(0.9 * mixed_step + carrying_step, rel=1e-9)
     assert e.prefill_tokens_per_s == pytest.approx(tokens / prefill_s, rel=1e-9)
+
+
+def test_a_lone_prompt_on_a_prefill_replica_runs_a_pass_of_its_own_length(run_estimate):
+    """A prefill replica whose passes hold one 128-token prompt (batch 1): the pass is 128 tokens,
+    not the 8,192-token budget, and TTFT is half a pass of waiting plus the prompt's own pass; at
+    batch 8 the pass holds eight such prompts (and each waits for a pass eight prompts long)."""
+    isl = 128
+    pairs = isl * (isl + 1) / 2
+
+    def pass_s(prompts):
+        tokens = prompts * isl
+        compute_s = (2 * L * PER_LAYER * tokens + 2 * VOCAB_MATRIX * prompts + ATTN_FLOPS_PER_CONTEXT_TOKEN * pairs * prompts) / F_EFF
+        memory_s = (2 * ACTIVE + tokens * KV_PER_TOKEN_BF16) / BW_EFF  # every weight once, the pass writes its own cache
+        return max(compute_s, memory_s)
+
+    one = run_estimate("llama-3.1-8b", "hgx-h100", 1, isl, 1, role=ServingRole.PREFILL)
+    assert one.prefill_chunk_step.total_s == pytest.approx(pass_s(1), rel=1e-9)  # 5.6 ms: the weight fetch of one pass
+    assert one.prefill_latency_s == pytest.approx(pass_s(1), rel=1e-9)
+    assert one.queue_wait_s == pytest.approx(pass_s(1) / 2, rel=1e-9)
+    assert one.ttft_s == pytest.approx(1.5 * pass_s(1), rel=1e-9)
+    assert one.ttft_p90_s == pytest.approx(1.9 * pass_s(1), rel=1e-9)
+    assert one.sustained_input_tokens_per_s == pytest.approx(isl / pass_s(1), rel=1e-9)
+    eight = run_estimate("llama-3.1-8b", "hgx-h100", 8, isl, 1, role=ServingRole.PREFILL)
+    assert eight.ttft_s == pytest.approx(1.5 * pass_s(8), rel=1e-9)
+    assert eight.sustained_input_tokens_per_s == pytest.approx(8 * isl / pass_s(8), rel=1e-9)
 
 
 def test_memory_of_llama_8b_on_one_h100(run_estimate):

@@ -6,6 +6,7 @@ from rich.table import Table
 
 from planner.modes import ServingRole, StepModel
 from planner.physics.estimate import Estimate
+from planner.physics.first_token import TTFT_QUANTILE
 from planner.physics.roofline import StepTime
 from planner.units import format_bytes, format_rate, format_seconds, format_usd
 
@@ -52,6 +53,7 @@ def _figures_record(e: Estimate) -> dict:
         "tpot_s_range": list(e.tpot_range_s),
         "ttft_s": e.ttft_s,
         "ttft_s_range": list(e.ttft_range_s),
+        "ttft_p90_s": e.ttft_p90_s,
         "prefill_latency_s": e.prefill_latency_s,
         "queue_wait_s": e.queue_wait_s,
         "cache_hit_latency_s": e.cache_hit_latency_s,
@@ -155,8 +157,9 @@ def _render_steps(e: Estimate, console: Console) -> None:
     elif inp.role is ServingRole.PREFILL:
         console.print(_step_table("Prefill replica: one prefill pass through the slowest stage (pass size under Assumptions)",
                                   e.prefill_chunk_step))
-        console.print(f"Prompts back to back: {format_rate(e.prefill_tokens_per_s)} prompt tokens per replica; the KV cache of each "
-                      "prompt then leaves for a decode replica (`planner solve` costs that hand-off and the decode join).")
+        console.print(f"Passes back to back at this batch: {format_rate(e.sustained_input_tokens_per_s)} prompt tokens per replica "
+                      f"(full passes: {format_rate(e.prefill_tokens_per_s)}); the KV cache of each prompt then leaves for a decode "
+                      "replica (`planner solve` costs that hand-off and the decode join).")
     else:
         console.print(_step_table("Decode replica: pure decode step, time per output token (all pipeline stages)", e.decode_step))
     if e.roofline is not None:
@@ -176,15 +179,17 @@ def _render_latency(e: Estimate, console: Console) -> None:
         latency.add_column(name, justify=justify)
     if inp.role is not ServingRole.PREFILL:
         latency.add_row("TPOT (time per output token)", format_seconds(e.tpot_s), _span(*e.tpot_range_s, format_seconds))
-    latency.add_row("TTFT (time to first token)" if inp.role is ServingRole.AGGREGATED else "TTFT in this replica", format_seconds(e.ttft_s),
-                    _span(*e.ttft_range_s, format_seconds))
-    queue_label = {ServingRole.AGGREGATED: "  queueing (2 departures)", ServingRole.PREFILL: "  queueing (the prompt ahead)",
-                   ServingRole.DECODE: "  joining the next decode step"}[inp.role]
+    latency.add_row("TTFT (time to first token), mean" if inp.role is ServingRole.AGGREGATED else "TTFT in this replica, mean",
+                    format_seconds(e.ttft_s), _span(*e.ttft_range_s, format_seconds))
+    queue_label = {ServingRole.AGGREGATED: "  waiting for the step in progress", ServingRole.PREFILL: "  waiting for the pass in progress",
+                   ServingRole.DECODE: "  waiting for the step in progress"}[inp.role]
     latency.add_row(queue_label, format_seconds(e.queue_wait_s), "")
-    if inp.role is not ServingRole.DECODE:
-        latency.add_row("  prefill of a whole prompt" if e.cache_hit_latency_s else "  prefill", format_seconds(e.prefill_latency_s), "")
-        if e.cache_hit_latency_s:
-            latency.add_row("  a cache hit: reload + rest of the prompt", format_seconds(e.cache_hit_latency_s), "")
+    service_label = {ServingRole.AGGREGATED: "  the steps that carry the prompt", ServingRole.PREFILL: "  the prompt's pass(es)",
+                     ServingRole.DECODE: "  its first decode step"}[inp.role]
+    latency.add_row(service_label + (" (a cache miss)" if e.cache_hit_latency_s else ""), format_seconds(e.prefill_latency_s), "")
+    if e.cache_hit_latency_s:
+        latency.add_row("  a cache hit: reload + rest of the prompt", format_seconds(e.cache_hit_latency_s), "")
+    latency.add_row(f"TTFT p{TTFT_QUANTILE * 100:.0f} (what TTFT limits hold at)", format_seconds(e.ttft_p90_s), "")
     console.print(latency)
 
 

@@ -1,11 +1,15 @@
-"""One layout evaluated at many decode batch sizes at once (numpy): step terms of the decode and
-prefill passes on every stage (`physics.step`), TPOT and TTFT in the replica's serving role, HBM use
-and the prompt cache. The candidate enumeration and `estimate` both read this table.
+"""One layout evaluated at many batch sizes at once (numpy): step terms of the decode and prefill
+passes on every stage (`physics.step`, `physics.prefill`), TPOT and TTFT in the replica's serving
+role, HBM use and the prompt cache. The candidate enumeration and `estimate` both read this table.
+
+A batch is the sequences a replica decodes at once, or for a prefill replica the prompts one
+prefill pass holds over all its attention ranks and micro-batches.
 
 Step 1 builds the step context (stages, links, rates of the chosen step model).
-Step 2 evaluates the decode step, a prefill pass and, for an aggregated replica, the mixed step
-where prefill tokens ride along.
-Step 3 takes the slowest stage, then derives latencies, throughputs, memory and the prompt cache.
+Step 2 evaluates the decode step, the prefill passes and, for an aggregated replica, the mixed step
+where prefill tokens ride along and the step that carries a new request's prompt.
+Step 3 takes the slowest stage, then derives latencies (TTFT from the queueing model of
+`physics.first_token`), throughputs, memory and the prompt cache.
 """
 
 from dataclasses import dataclass, replace
@@ -15,8 +19,14 @@ import numpy as np
 from planner.hardware.kernels import kernel_rates
 from planner.model.architecture import kv_bytes_per_sequence
 from planner.modes import Engine, ServingRole, StepModel
+from planner.physics.first_token import (
+    FirstToken,
+    aggregated_first_token,
+    decode_first_token,
+    prefill_first_token,
+)
 from planner.physics.inputs import DeploymentInputs
-from planner.physics.kv_cache import cached_bytes, reload_s
+from planner.physics.kv_cache import cached_bytes
 from planner.physics.links import ReplicaLinks, default_replica_links, effective_links
 from planner.physics.memory import (
     activation_bytes_per_accelerator,
@@ -24,16 +34,14 @@ from planner.physics.memory import (
     kv_shard_fraction,
     weight_bytes_per_accelerator,
 )
-from planner.physics.prefill import PrefillPass, prefill_pass
+from planner.physics.prefill import PrefillPass, packed_prompts, prefill_pass
 from planner.physics.roofline import StepTime, step_total_s
 from planner.physics.stages import Stages, stages
 from planner.physics.step import decode_terms
 from planner.physics.step_parts import StepContext, StepTerms
 
-__all__ = ["PAGED_KV_HEADROOM", "WORST_CASE_QUEUE_DEPARTURES", "BatchTable", "FixedParts", "evaluate_batches", "fixed_parts",
-           "kv_reservation", "step_context"]
+__all__ = ["PAGED_KV_HEADROOM", "BatchTable", "FixedParts", "evaluate_batches", "fixed_parts", "kv_reservation", "step_context"]
 
-WORST_CASE_QUEUE_DEPARTURES = 2  # claim 3: a request waits at most about two batch departures
 # Engines page the KV cache and hold each sequence at its current length; in steady in-flight
 # batching a sequence is on average half way through its output. HBM keeps this much above that
 # mean for the spread of lengths in flight (a planner margin, not a measured constant).
@@ -70,16 +78,16 @@ def _memory_per_stage(inp: DeploymentInputs, st: Stages) -> tuple[np.ndarray, np
     return weights, st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes))
 
 
-def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chunk: int, batches: np.ndarray) -> tuple[np.ndarray, ...]:
+def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chunk: np.ndarray, batches: np.ndarray) -> tuple[np.ndarray, ...]:
     """HBM use of the fullest stage's accelerators for each batch: weights, KV, activations (n,).
     A prefill replica's batch is the prompts it holds (being computed or awaiting their hand-off).
-    `per_stage`: its _memory_per_stage."""
+    `per_stage`: its _memory_per_stage; `chunk`: prompt tokens per attention rank in a pass (n,)."""
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     per_rank = (batches / lay.dp_attn)[:, None]
     weights = per_stage[0] * np.ones_like(per_rank)
     kv = kv_bytes_per_accelerator(per_rank, per_stage[1], kv_shard_fraction(arch, lay.tp))
     micro_per_rank = per_rank / lay.pp
-    tokens = np.maximum(micro_per_rank, chunk)
+    tokens = np.maximum(micro_per_rank, np.asarray(chunk, dtype=float)[:, None])
     mlp_width = arch.dense_intermediate_size
     dispatch = 0.0 * tokens
     if arch.is_moe:
@@ -100,28 +108,36 @@ def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chu
 
 @dataclass(frozen=True)
 class BatchTable:
-    """One layout evaluated at several decode batch sizes; arrays of shape (n_batches,).
+    """One layout evaluated at several batch sizes; arrays of shape (n_batches,).
 
     Step-time terms are those of the slowest pipeline stage, multiplied by the number of stages
-    (they sum to TPOT under the combination rule). Prefill does not depend on the decode batch."""
+    (they sum to TPOT under the combination rule); a prefill replica's `serving_step` is one prefill
+    pass through its slowest stage."""
 
     batches: np.ndarray
     compute_s: np.ndarray  # pure decode step terms (what a decode token costs alone)
     weights_s: np.ndarray
     kv_s: np.ndarray
     comm_s: np.ndarray
-    stage_time_s: np.ndarray  # the role's step on the slowest stage (mixed for aggregated replicas)
-    tpot_s: np.ndarray  # what a user waits per output token: pp x stage_time_s
-    ttft_s: np.ndarray
-    queue_s: np.ndarray  # the TTFT part spent waiting: 2 departures (aggregated), the prompt ahead (prefill), next step (decode)
+    stage_time_s: np.ndarray  # the role's step on the slowest stage: mixed (aggregated), decode, or a prefill pass
+    tpot_s: np.ndarray  # what a user waits per output token: pp x the (mixed) decode step
+    ttft_s: np.ndarray  # mean TTFT at the replica's load (physics.first_token)
+    ttft_p90_s: np.ndarray  # its 90th percentile (what TTFT limits hold at)
+    queue_s: np.ndarray  # the mean wait for the step or pass in progress (part of ttft_s)
+    miss_service_s: np.ndarray  # admission to first token of a request that prefills its whole prompt
+    hit_service_s: np.ndarray  # ... of a prompt-cache hit: reload its prefix, prefill the rest (0 without a cache)
+    ttft_low_ratio: np.ndarray  # p10 and p90 of TTFT from the kernel fits' spreads, as ratios to it
+    ttft_high_ratio: np.ndarray
     decode_tokens_per_s: np.ndarray  # batch / pure decode TPOT
     overhead_s: np.ndarray  # pure decode: kernel floors and elementwise work (calibrated model; 0 under the roofline)
     tpot_low_s: np.ndarray  # p10 and p90 of TPOT from the kernel fits' spreads (= tpot_s under the roofline)
     tpot_high_s: np.ndarray
     decode_low_ratio: np.ndarray  # p10 and p90 of the pure decode step as ratios to it
     decode_high_ratio: np.ndarray
-    serving_step: tuple[np.ndarray, ...]  # the role's step terms x pp (compute, weights, kv, comm, overhead)
+    serving_step: tuple[np.ndarray, ...]  # the role's step terms (compute, weights, kv, comm, overhead), see above
     prefill_riders: np.ndarray  # prefill tokens per micro-batch step and stage (aggregated), else 0
+    pass_tokens: np.ndarray  # prompt tokens per attention rank in one of the role's prefill passes
+    pass_input_tokens_per_s: np.ndarray  # prompt tokens/s those passes take in, per replica, back to back
     cache_bytes: np.ndarray  # prompt-cache bytes per accelerator (in HBM for the hbm tier, else in its tier)
     cache_in_hbm: bool
     cache_fits: np.ndarray  # the prompt cache fits its tier
@@ -131,11 +147,8 @@ class BatchTable:
     kv_bytes: np.ndarray
     activations_bytes: np.ndarray
     capacity_bytes: float
-    prefill_step: StepTime  # one prefill pass through the slowest stage
-    prefill_latency_s: float
-    cache_hit_latency_s: float  # a cache hit: reload its prefix, prefill the rest (0 without a prompt cache)
-    prefill_tokens_per_s: float
-    chunk_tokens: int  # prompt tokens per attention rank in one prefill pass (packed prompts or a chunk)
+    prefill_step: StepTime  # one full prefill pass (the budget's packed prompts) through the slowest stage
+    prefill_tokens_per_s: float  # such passes back to back: the replica's prefill rate alone
     flops_per_s: float
     hbm_bandwidth_bytes_per_s: float
     step_model: StepModel
@@ -143,8 +156,8 @@ class BatchTable:
 
     @property
     def ttft_high_s(self) -> np.ndarray:
-        """p90 of TTFT: the waiting part scales with the step's range, the prefill with the pass's."""
-        return self.queue_s * self.tpot_high_s / self.tpot_s + (self.ttft_s - self.queue_s) * self.prefill_step.high_ratio
+        """The 90th percentile of TTFT with every kernel at the p90 of its rate (`--confidence high`)."""
+        return self.ttft_p90_s * self.ttft_high_ratio
 
     @property
     def used_bytes(self) -> np.ndarray:
@@ -178,7 +191,7 @@ class BatchTable:
         """Prompt tokens per second per replica the role handles (prefilled, or for a decode replica
         received with their KV cache)."""
         if self.role is ServingRole.PREFILL:
-            return np.full_like(self.batches, self.prefill_tokens_per_s)
+            return self.pass_input_tokens_per_s
         return self.sustained_output_tokens_per_s * self.input_tokens / self.output_tokens
 
 
@@ -200,24 +213,6 @@ def _prompt_cache(inp: DeploymentInputs, requests_per_s: np.ndarray) -> tuple[np
     return per_accelerator, fits, held * cache.tier.usd_per_byte_s, False
 
 
-def _cache_hit_latency(inp: DeploymentInputs, full_prompt_s: float) -> float:
-    """A cache hit reloads its prefix from the tier and prefills the rest of the prompt (0 without a cache)."""
-    cache = inp.prefix_cache
-    if cache is None or cache.hit_rate == 0:
-        return 0.0
-    prefix_bytes = float(np.sum(kv_bytes_per_sequence(inp.arch, cache.prefix_tokens, inp.precisions.kv_bytes)))
-    return reload_s(prefix_bytes, inp.layout.n_accelerators, cache.tier) + full_prompt_s * (1 - cache.prefix_tokens / inp.input_tokens)
-
-
-def _worst_prefill_latency(inp: DeploymentInputs, full_prompt_s: float, hit_s: float) -> float:
-    """A miss prefills the whole prompt (`full_prompt_s`); a hit takes `hit_s`. TTFT takes the
-    slower of the two that happen."""
-    cache = inp.prefix_cache
-    if cache is None or cache.hit_rate == 0:
-        return full_prompt_s
-    return max(full_prompt_s if cache.hit_rate < 1 else 0.0, hit_s)
-
-
 def step_context(inp: DeploymentInputs, links: ReplicaLinks) -> StepContext:
     accel = inp.rack.accelerator
     fmt = inp.precisions.compute
@@ -231,75 +226,113 @@ def _totals(terms: StepTerms, inp: DeploymentInputs, model: StepModel) -> np.nda
     return step_total_s(terms.compute, terms.weights, terms.kv, terms.comm, inp.overlap, terms.overhead, model)
 
 
-def _decode_and_mixed(ctx: StepContext, batches: np.ndarray) -> tuple[StepTerms, np.ndarray, StepTerms | None, np.ndarray]:
-    """The pure decode step (its expert touch), and for an aggregated replica the mixed step where its
-    share of the prompts rides along (batch x prompt tokens computed / output tokens per replica
-    step), with those riders: both from one evaluation of stacked rows (a pure row is a mixed row
-    without riders; the rows do not interact)."""
+def _split(terms: StepTerms, parts: int) -> list[StepTerms]:
+    """Stacked rows of `parts` equal blocks, cut back into one StepTerms per block."""
+    n = len(terms.compute) // parts
+    fields = (terms.compute, terms.weights, terms.kv, terms.comm, terms.overhead, terms.low_ratio, terms.high_ratio)
+    return [StepTerms(*(a[k * n:(k + 1) * n] for a in fields)) for k in range(parts)]
+
+
+@dataclass(frozen=True)
+class DecodeSteps:
+    """The decode-side steps of one table (n rows each): the pure decode step, and for an aggregated
+    replica the mixed step (prefill riders at their mean rate) and the step that also carries one new
+    prompt (or its first chunk) on one attention rank."""
+
+    pure: StepTerms
+    touch: np.ndarray
+    mixed: StepTerms | None
+    carrying: StepTerms | None
+    riders: np.ndarray  # prompt tokens per micro-batch step and stage at the mean rate
+    own_tokens: float  # the carried prompt's tokens in its step on its rank
+
+
+def _decode_steps(ctx: StepContext, batches: np.ndarray) -> DecodeSteps:
+    """All the role's decode-side steps from one evaluation of stacked rows (the rows do not interact)."""
     inp, lay = ctx.inp, ctx.inp.layout
+    zero = np.zeros_like(batches)
     if inp.role is not ServingRole.AGGREGATED:
         decode, touch = decode_terms(ctx, batches)
-        return decode, touch, None, np.zeros_like(batches)
-    n = len(batches)
+        return DecodeSteps(decode, touch, None, None, zero, 0.0)
     riders = batches / lay.pp * inp.prefilled_tokens / inp.output_tokens
-    both, touch = decode_terms(ctx, np.concatenate([batches, batches]), np.concatenate([np.zeros_like(riders), riders]))
-    pure, mixed = (StepTerms(*(a[part] for a in (both.compute, both.weights, both.kv, both.comm, both.overhead, both.low_ratio,
-                                                  both.high_ratio))) for part in (slice(None, n), slice(n, None)))
-    return pure, touch[:n], mixed, riders
+    own = float(min(inp.input_tokens, inp.prefill_chunk_tokens))  # a miss: its whole prompt, or the budget's chunk of it
+    stacked, touch = decode_terms(ctx, np.concatenate([batches] * 3), np.concatenate([zero, riders, riders]),
+                                  np.concatenate([zero, zero, zero + own]))
+    pure, mixed, carrying = _split(stacked, 3)
+    return DecodeSteps(pure, touch[:len(batches)], mixed, carrying, riders, own)
 
 
-def _serving_terms(ctx: StepContext, decode: StepTerms, mixed: StepTerms | None, riders: np.ndarray, pf) -> StepTerms:
-    """The step a user waits on: the decode step, or for an aggregated replica the mixed step with
-    the riders' attention (calibrated) or their FLOPs and KV reads (roofline) added."""
-    lay = ctx.inp.layout
-    if mixed is None:
-        return decode
-    per_pass = (riders / (pf.tokens * lay.dp_attn))[:, None]
+def _with_rider_attention(ctx: StepContext, step: StepTerms, tokens_rank: np.ndarray, pf: PrefillPass) -> StepTerms:
+    """A mixed step with the prompt tokens' attention (calibrated), or their FLOPs and KV reads
+    (roofline), added: `tokens_rank` (n,) prompt tokens on the slowest attention rank, at the
+    per-token cost of a full prefill pass."""
+    per_pass = (tokens_rank / float(pf.tokens[0]))[:, None]
     if ctx.calibrated:  # the riders' GEMM rows are in the mixed kernels; add their attention
-        return replace(mixed, compute=mixed.compute + per_pass * pf.attention_s)
-    return replace(mixed, compute=mixed.compute + per_pass * pf.terms.compute, kv=mixed.kv + per_pass * pf.terms.kv)
-
-
-def _queue_and_ttft(inp: DeploymentInputs, batches, stage_time, tpot, passes_s, prefill_rate, prefill_latency, hit_latency):
-    """TTFT parts and requests per second of the role."""
-    if inp.role is ServingRole.PREFILL:  # a prompt waits for the pass ahead of it, then runs its own
-        queue = passes_s + 0.0 * batches
-        return queue, queue + _worst_prefill_latency(inp, prefill_latency, hit_latency), np.full_like(batches, prefill_rate / inp.prefilled_tokens)
-    requests_per_s = batches / tpot / inp.output_tokens
-    if inp.role is ServingRole.DECODE:  # a request that arrives with its KV cache joins the next step
-        return stage_time, stage_time, requests_per_s
-    queue = WORST_CASE_QUEUE_DEPARTURES * stage_time
-    return queue, queue + _worst_prefill_latency(inp, prefill_latency, hit_latency), requests_per_s
+        return replace(step, compute=step.compute + per_pass * pf.attention_s)
+    return replace(step, compute=step.compute + per_pass * pf.terms.compute, kv=step.kv + per_pass * pf.terms.kv)
 
 
 @dataclass(frozen=True)
 class FixedParts:
-    """What a layout's table needs that does not depend on the batch: the step context and the
+    """What a layout's table needs that does not depend on the batch: the step context and a full
     prefill pass (evaluate once, then at any batches)."""
 
     ctx: StepContext
     model: StepModel
-    pf: PrefillPass
-    prefill_step: StepTime  # one prefill pass through the slowest stage
-    prefill_latency_s: float
+    pf: PrefillPass  # one full pass: the budget's packed prompts, or one chunk (one row)
+    prefill_step: StepTime  # that pass through the slowest stage
     prefill_tokens_per_s: float
-    cache_hit_latency_s: float
     memory_per_stage: tuple[np.ndarray, np.ndarray]  # weight bytes per accelerator, KV bytes per sequence (pp,)
+
+
+def _slowest_step(terms: StepTerms, inp: DeploymentInputs, model: StepModel, row: int = 0) -> StepTime:
+    totals = _totals(terms, inp, model)
+    k = int(np.argmax(totals[row]))
+    return StepTime(*(float(a[row, k]) for a in (terms.compute, terms.weights, terms.kv, terms.comm)), inp.overlap,
+                    float(terms.overhead[row, k]), model, float(terms.low_ratio[row, k]), float(terms.high_ratio[row, k]))
 
 
 def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> FixedParts:
     lay = inp.layout
     ctx = step_context(inp, links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s))
     model = StepModel.CALIBRATED if ctx.calibrated else StepModel.ROOFLINE
-    pf = prefill_pass(ctx)
-    pass_totals = _totals(pf.terms, inp, model)
-    k = int(np.argmax(pass_totals))
-    prefill_step = StepTime(*(float(a[k]) for a in (pf.terms.compute, pf.terms.weights, pf.terms.kv, pf.terms.comm)), inp.overlap,
-                            float(pf.terms.overhead[k]), model, float(pf.terms.low_ratio[k]), float(pf.terms.high_ratio[k]))
-    prefill_latency = (pf.passes_per_prompt + lay.pp - 1) * prefill_step.total_s
-    prefill_rate = pf.tokens * lay.dp_attn / prefill_step.total_s
-    return FixedParts(ctx, model, pf, prefill_step, prefill_latency, prefill_rate, _cache_hit_latency(inp, prefill_latency),
+    pf = prefill_pass(ctx, np.array([float(max(packed_prompts(inp.input_tokens, inp.prefill_chunk_tokens), 1))]))
+    prefill_step = _slowest_step(pf.terms, inp, model)
+    return FixedParts(ctx, model, pf, prefill_step, float(pf.tokens[0]) * lay.dp_attn / prefill_step.total_s,
                       _memory_per_stage(inp, ctx.st))
+
+
+@dataclass(frozen=True)
+class _RoleStep:
+    """The step the role's users wait on, on every stage (n, pp), and the role's prefill passes."""
+
+    serving: StepTerms
+    carrying: StepTerms | None  # aggregated: the step that carries a new prompt
+    pass_tokens: np.ndarray  # (n,)
+    passes_per_prompt: int
+
+
+def _role_step(ctx: StepContext, fixed: FixedParts, steps: DecodeSteps, batches: np.ndarray) -> _RoleStep:
+    inp, lay, pf = ctx.inp, ctx.inp.layout, fixed.pf
+    full = np.full_like(batches, float(pf.tokens[0]))
+    if inp.role is ServingRole.PREFILL:
+        passes = prefill_pass(ctx, batches / (lay.pp * lay.dp_attn))
+        return _RoleStep(passes.terms, None, passes.tokens, passes.passes_per_prompt)
+    if inp.role is ServingRole.DECODE:
+        return _RoleStep(steps.pure, None, full, pf.passes_per_prompt)
+    shared = steps.riders / lay.dp_attn
+    return _RoleStep(_with_rider_attention(ctx, steps.mixed, shared, pf),
+                     _with_rider_attention(ctx, steps.carrying, shared + steps.own_tokens, pf), full, pf.passes_per_prompt)
+
+
+def _first_token_of_role(inp: DeploymentInputs, role: _RoleStep, steps: DecodeSteps, stage_s: np.ndarray,
+                         model: StepModel) -> tuple[FirstToken, np.ndarray, np.ndarray | None]:
+    if inp.role is ServingRole.PREFILL:
+        return prefill_first_token(inp, stage_s, role.passes_per_prompt)
+    if inp.role is ServingRole.DECODE:
+        return decode_first_token(inp, stage_s)
+    carrying_s = np.max(_totals(role.carrying, inp, model), axis=1)
+    return aggregated_first_token(inp, stage_s, carrying_s, steps.own_tokens)
 
 
 def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None, fixed: FixedParts | None = None) -> BatchTable:
@@ -307,38 +340,42 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     `fixed`: its fixed_parts(inp, links), when the caller has them already."""
     accel, lay = inp.rack.accelerator, inp.layout
     fixed = fixed or fixed_parts(inp, links)
-    ctx, model, pf, prefill_step = fixed.ctx, fixed.model, fixed.pf, fixed.prefill_step
-    prefill_latency, prefill_rate, hit_latency = fixed.prefill_latency_s, fixed.prefill_tokens_per_s, fixed.cache_hit_latency_s
+    ctx, model = fixed.ctx, fixed.model
     batches = np.asarray(batches, dtype=float)
     rows = np.arange(len(batches))
 
-    decode, touch, mixed, riders = _decode_and_mixed(ctx, batches)
-    decode_totals = _totals(decode, inp, model)
+    steps = _decode_steps(ctx, batches)
+    decode_totals = _totals(steps.pure, inp, model)
     decode_slowest = np.argmax(decode_totals, axis=1)
     decode_tpot = lay.pp * decode_totals[rows, decode_slowest]
-    passes_per_prompt = pf.passes_per_prompt
-    weights_bytes, kv_bytes, activations_bytes = _memory(inp, fixed.memory_per_stage, pf.tokens, batches)
-
-    serving = _serving_terms(ctx, decode, mixed, riders, pf)
-    totals = _totals(serving, inp, model)
+    role = _role_step(ctx, fixed, steps, batches)
+    totals = _totals(role.serving, inp, model)
     slowest = np.argmax(totals, axis=1)
     stage_time = totals[rows, slowest]
-    tpot = lay.pp * stage_time
-    queue, ttft, requests_per_s = _queue_and_ttft(inp, batches, stage_time, tpot, passes_per_prompt * prefill_step.total_s,
-                                                  prefill_rate, prefill_latency, hit_latency)
+    low, high = role.serving.low_ratio[rows, slowest], role.serving.high_ratio[rows, slowest]
+    prefill = inp.role is ServingRole.PREFILL
+    tpot, tpot_low, tpot_high = ((decode_tpot, steps.pure.low_ratio[rows, decode_slowest], steps.pure.high_ratio[rows, decode_slowest])
+                                 if prefill else (lay.pp * stage_time, low, high))
+    ttft, miss, hit = _first_token_of_role(inp, role, steps, stage_time, model)
+    pass_rate = role.pass_tokens * lay.dp_attn / stage_time if prefill else np.full_like(batches, fixed.prefill_tokens_per_s)
+    requests_per_s = pass_rate / inp.prefilled_tokens if prefill else batches / tpot / inp.output_tokens
+    weights_bytes, kv_bytes, activations_bytes = _memory(inp, fixed.memory_per_stage, role.pass_tokens, batches)
     cache_bytes, cache_fits, storage, cache_in_hbm = _prompt_cache(inp, requests_per_s)
-    at = lambda a, idx: lay.pp * a[rows, idx]
+    decode_at = lambda a: lay.pp * a[rows, decode_slowest]
+    serving_at = lambda a: (1 if prefill else lay.pp) * a[rows, slowest]  # a prefill replica's step: one pass
     return BatchTable(
-        batches=batches, compute_s=at(decode.compute, decode_slowest), weights_s=at(decode.weights, decode_slowest),
-        kv_s=at(decode.kv, decode_slowest), comm_s=at(decode.comm, decode_slowest), overhead_s=at(decode.overhead, decode_slowest),
-        tpot_low_s=tpot * serving.low_ratio[rows, slowest], tpot_high_s=tpot * serving.high_ratio[rows, slowest],
-        decode_low_ratio=decode.low_ratio[rows, decode_slowest], decode_high_ratio=decode.high_ratio[rows, decode_slowest],
-        stage_time_s=stage_time, tpot_s=tpot, ttft_s=ttft, queue_s=queue, decode_tokens_per_s=batches / decode_tpot,
-        serving_step=tuple(at(term, slowest) for term in serving.as_tuple()), prefill_riders=riders,
-        cache_bytes=cache_bytes, cache_in_hbm=cache_in_hbm, cache_fits=cache_fits, storage_usd_per_s=storage, touch=touch,
+        batches=batches, compute_s=decode_at(steps.pure.compute), weights_s=decode_at(steps.pure.weights),
+        kv_s=decode_at(steps.pure.kv), comm_s=decode_at(steps.pure.comm), overhead_s=decode_at(steps.pure.overhead),
+        tpot_low_s=tpot * tpot_low, tpot_high_s=tpot * tpot_high,
+        decode_low_ratio=steps.pure.low_ratio[rows, decode_slowest], decode_high_ratio=steps.pure.high_ratio[rows, decode_slowest],
+        stage_time_s=stage_time, tpot_s=tpot, ttft_s=ttft.mean_s, ttft_p90_s=ttft.quantile_s, queue_s=ttft.wait_s,
+        miss_service_s=miss, hit_service_s=np.zeros_like(batches) if hit is None else hit, ttft_low_ratio=low, ttft_high_ratio=high,
+        decode_tokens_per_s=batches / decode_tpot,
+        serving_step=tuple(serving_at(term) for term in role.serving.as_tuple()), prefill_riders=steps.riders,
+        pass_tokens=role.pass_tokens, pass_input_tokens_per_s=pass_rate,
+        cache_bytes=cache_bytes, cache_in_hbm=cache_in_hbm, cache_fits=cache_fits, storage_usd_per_s=storage, touch=steps.touch,
         weights_bytes=weights_bytes, kv_bytes=kv_bytes, activations_bytes=activations_bytes, capacity_bytes=accel.hbm_capacity_bytes,
-        prefill_step=prefill_step, prefill_latency_s=prefill_latency, cache_hit_latency_s=hit_latency,
-        prefill_tokens_per_s=prefill_rate, chunk_tokens=pf.tokens, flops_per_s=ctx.flops_per_s,
+        prefill_step=fixed.prefill_step, prefill_tokens_per_s=fixed.prefill_tokens_per_s, flops_per_s=ctx.flops_per_s,
         hbm_bandwidth_bytes_per_s=ctx.hbm_bytes_per_s, step_model=model, kernel_source=ctx.rates.source if ctx.calibrated else "",
         input_tokens=inp.input_tokens, output_tokens=inp.output_tokens, role=inp.role,
     )

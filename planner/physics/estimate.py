@@ -11,11 +11,11 @@ from dataclasses import dataclass, field, replace
 
 from planner.modes import OverlapPolicy, ServingRole, StepModel
 from planner.physics.batch_table import (
-    WORST_CASE_QUEUE_DEPARTURES,
     BatchTable,
     evaluate_batches,
     kv_reservation,
 )
+from planner.physics.first_token import TTFT_QUANTILE
 from planner.physics.cost import usd_per_million_tokens
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.links import ReplicaLinks, default_replica_links
@@ -46,16 +46,17 @@ class Estimate:
     inputs: DeploymentInputs
     links: ReplicaLinks
     decode_step: StepTime  # a pure decode step, all pipeline stages (the TPOT of a decode-only replica)
-    prefill_chunk_step: StepTime  # one prefill chunk through the slowest stage
+    prefill_chunk_step: StepTime  # one prefill pass through the slowest stage (a prefill replica's at its batch; else a full one)
     serving_step: StepTime  # the step users wait on: mixed decode + prefill for an aggregated replica (sums to TPOT)
     tpot_s: float
     stage_time_s: float
-    prefill_latency_s: float  # the whole prompt (a cache miss)
-    queue_wait_s: float  # the rest of TTFT: 2 departures (aggregated), the prompt ahead (prefill), the next step (decode)
-    cache_hit_latency_s: float  # a prompt-cache hit: reload its prefix and prefill the rest (0 without a cache)
-    ttft_s: float
+    prefill_latency_s: float  # admission to first token of a cache miss (its prompt's steps or passes)
+    queue_wait_s: float  # mean wait for the step or pass in progress (the rest of the mean TTFT)
+    cache_hit_latency_s: float  # admission to first token of a prompt-cache hit: reload its prefix, prefill the rest (0 without)
+    ttft_s: float  # mean TTFT at the replica's load (Poisson arrivals)
+    ttft_p90_s: float  # its 90th percentile
     decode_tokens_per_s: float  # per replica, decode alone (batch / pure decode step)
-    prefill_tokens_per_s: float  # per replica, prefill alone (chunks back to back)
+    prefill_tokens_per_s: float  # per replica, prefill alone (full passes back to back)
     sustained_output_tokens_per_s: float  # per replica in its role (an aggregated replica also prefills)
     sustained_input_tokens_per_s: float
     prefill_riders_per_step: float  # prompt tokens prefilled in each micro-batch step on each stage (aggregated)
@@ -130,7 +131,7 @@ class Estimate:
     def replica_seconds_per_request(self) -> float:
         """Replica time one request takes in this replica's role."""
         if self.inputs.role is ServingRole.PREFILL:
-            return self.inputs.prefilled_tokens / self.prefill_tokens_per_s
+            return self.inputs.prefilled_tokens / self.sustained_input_tokens_per_s
         return self.inputs.output_tokens / self.sustained_output_tokens_per_s
 
     @property
@@ -167,20 +168,27 @@ def _model_notes(inp: DeploymentInputs, t: BatchTable, flops_per_s: float, bw: f
             f"at its shape's rate plus its fixed time, communication {overlap}; the range is the fits' p10-p90"] + roofline
 
 
-def _role_note(inp: DeploymentInputs, chunk: int) -> str:
+QUEUEING = (f"TTFT for Poisson arrivals at this load: the mean wait for the step or pass in progress is half of it, "
+            f"the {TTFT_QUANTILE:.0%} percentile {TTFT_QUANTILE:g} of it")
+
+
+def _role_note(inp: DeploymentInputs, chunk: float) -> str:
     if inp.role is ServingRole.PREFILL:
-        return (f"prefill-only replica: passes of {chunk} prompt tokens per attention rank (short prompts packed, long ones chunked), pipelined over {inp.layout.pp} "
-                "stage(s); TTFT waits for the prompt ahead, then prefills; the KV cache leaves for a decode replica")
+        return (f"prefill-only replica: each pass takes the {chunk:g} prompt tokens per attention rank that arrived during the "
+                f"pass before (the budget of {inp.prefill_chunk_tokens} holds whole prompts; longer ones are chunked), pipelined over "
+                f"{inp.layout.pp} stage(s); {QUEUEING}, then the prompt's own pass(es); the KV cache leaves for a decode replica")
     if inp.role is ServingRole.DECODE:
-        return "decode-only replica: requests arrive with their KV cache and join the next step; TPOT is the pure decode step"
-    return (f"aggregated replica: prefill chunks ride in the decode steps ({inp.prefilled_tokens:g} prompt tokens per "
-            f"{inp.output_tokens} output tokens), so TPOT includes their compute; TTFT = {WORST_CASE_QUEUE_DEPARTURES} "
-            f"departures of queueing (worst case, claim 3) + prefill in chunks of {chunk} tokens per attention rank, "
-            f"pipelined over {inp.layout.pp} stage(s)")
+        return (f"decode-only replica: requests arrive with their KV cache and join the next step; TPOT is the pure decode step; "
+                f"{QUEUEING}, then one step through all stages")
+    return (f"aggregated replica: prefill rides in the decode steps ({inp.prefilled_tokens:g} prompt tokens per "
+            f"{inp.output_tokens} output tokens), so TPOT includes their compute; {QUEUEING}; then the request's prompt rides in "
+            f"the next step of a micro-batch on one attention rank (chunks of at most {inp.prefill_chunk_tokens} tokens, one "
+            f"round of the {inp.layout.pp} stage(s) each); the worst case, a whole step waited and the step that carries the "
+            "prompt, is two departures (claim 3)")
 
 
 def _assumptions(inp: DeploymentInputs, t: BatchTable, links: ReplicaLinks) -> tuple[str, ...]:
-    chunk, touch, flops_per_s, bw = t.chunk_tokens, float(t.touch[0]), t.flops_per_s, t.hbm_bandwidth_bytes_per_s
+    chunk, touch, flops_per_s, bw = float(t.pass_tokens[0]), float(t.touch[0]), t.flops_per_s, t.hbm_bandwidth_bytes_per_s
     accel = inp.rack.accelerator
     notes = _model_notes(inp, t, flops_per_s, bw) + [
         (f"decode KV reads use the mean context {inp.input_tokens + inp.output_tokens / 2:g} tokens (input + output/2); "
@@ -224,29 +232,35 @@ def _step(t: BatchTable, terms, overlap: OverlapPolicy, low: float = 1.0, high: 
                     t.step_model, low, high)
 
 
+def _prefill_pass_step(inp: DeploymentInputs, t: BatchTable) -> StepTime:
+    """The prefill pass to report: a prefill replica's own pass at its batch, else a full pass."""
+    if inp.role is not ServingRole.PREFILL:
+        return t.prefill_step
+    return _step(t, t.serving_step, inp.overlap, float(t.ttft_low_ratio[0]), float(t.ttft_high_ratio[0]))
+
+
 def estimate(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Estimate:
     """Evaluate `inp`. Links default to a replica filling instances of `inp.rack` in order."""
     links = links or default_replica_links(inp.rack, inp.layout, inp.overheads.collective_latency_s)
     t = evaluate_batches(inp, [inp.batch_per_replica], links)
     tpot = float(t.tpot_s[0])
     low, high = float(t.tpot_low_s[0]) / tpot, float(t.tpot_high_s[0]) / tpot
-    pf = t.prefill_step
-    queue = float(t.queue_s[0])
     ttft = float(t.ttft_s[0])
-    ttft_range = (queue * low + (ttft - queue) * pf.low_ratio, queue * high + (ttft - queue) * pf.high_ratio)
+    serving_ratios = (low, high) if inp.role is not ServingRole.PREFILL else (float(t.ttft_low_ratio[0]), float(t.ttft_high_ratio[0]))
     return Estimate(
         inputs=inp,
         links=links,
         decode_step=_step(t, (t.compute_s, t.weights_s, t.kv_s, t.comm_s, t.overhead_s), inp.overlap,
                           float(t.decode_low_ratio[0]), float(t.decode_high_ratio[0])),
-        prefill_chunk_step=pf,
-        serving_step=_step(t, t.serving_step, inp.overlap, low, high),
+        prefill_chunk_step=_prefill_pass_step(inp, t),
+        serving_step=_step(t, t.serving_step, inp.overlap, *serving_ratios),
         tpot_s=tpot,
         stage_time_s=float(t.stage_time_s[0]),
-        prefill_latency_s=t.prefill_latency_s,
-        queue_wait_s=queue,
-        cache_hit_latency_s=t.cache_hit_latency_s,
+        prefill_latency_s=float(t.miss_service_s[0]),
+        queue_wait_s=float(t.queue_s[0]),
+        cache_hit_latency_s=float(t.hit_service_s[0]),
         ttft_s=ttft,
+        ttft_p90_s=float(t.ttft_p90_s[0]),
         decode_tokens_per_s=float(t.decode_tokens_per_s[0]),
         prefill_tokens_per_s=t.prefill_tokens_per_s,
         sustained_output_tokens_per_s=float(t.sustained_output_tokens_per_s[0]),
@@ -261,7 +275,7 @@ def estimate(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Estima
         hbm_bandwidth_bytes_per_s_effective=t.hbm_bandwidth_bytes_per_s,
         assumptions=_assumptions(inp, t, links),
         tpot_range_s=(tpot * low, tpot * high),
-        ttft_range_s=ttft_range,
+        ttft_range_s=(ttft * float(t.ttft_low_ratio[0]), ttft * float(t.ttft_high_ratio[0])),
         roofline=_roofline(inp, t, links),
         kernel_source=t.kernel_source,
     )

@@ -10,7 +10,6 @@ from planner.model.architecture import (
     kv_bytes_per_token_per_layer,
     layer_windows,
 )
-from planner.physics.inputs import DeploymentInputs
 from planner.physics.kernels import prefill_attention_kernel
 from planner.physics.memory import kv_shard_fraction, weight_bytes_per_accelerator
 from planner.physics.roofline import (
@@ -19,6 +18,7 @@ from planner.physics.roofline import (
     matmul_flops,
     memory_time_s,
 )
+from planner.physics.stages import Stages
 from planner.physics.step_calibrated import (
     calibrated_comm,
     combine,
@@ -32,38 +32,57 @@ from planner.physics.step_parts import (
     touch_fraction,
 )
 
-__all__ = ["PrefillPass", "prefill_pass"]
+__all__ = ["PrefillPass", "pass_shape", "packed_prompts", "prefill_pass"]
 
 @dataclass(frozen=True)
 class PrefillPass:
-    """One prefill forward pass per attention rank on every stage (arrays of shape (pp,))."""
+    """Prefill forward passes per attention rank on every stage, one row per pass size (arrays of
+    shape (n, pp), or (n,) for the per-pass counts)."""
 
     terms: StepTerms
     attention_s: np.ndarray  # the attention part (what a prefill token adds to a mixed decode step)
-    tokens: int  # prompt tokens per attention rank in the pass
-    prompts: float  # whole prompts packed in the pass (1 / chunks when a prompt needs several)
+    tokens: np.ndarray  # prompt tokens per attention rank in the pass
+    prompts: np.ndarray  # whole prompts in the pass (1 / chunks when a prompt needs several)
     passes_per_prompt: int
 
-
-def _pass_shape(inp: DeploymentInputs) -> tuple[int, float, int]:
-    """Tokens per pass, prompts per pass and passes per prompt: prompts shorter than the budget are
-    packed whole into one pass, longer ones are cut into chunks of the budget."""
-    prompt, budget = inp.input_tokens, inp.prefill_chunk_tokens
-    if prompt <= budget:
-        packed = budget // prompt
-        return packed * prompt, float(packed), 1
-    n_chunks = -(-prompt // budget)
-    return budget, 1.0 / n_chunks, n_chunks
+    def row(self, index: int) -> "PrefillPass":
+        """The pass of one row, kept two-dimensional."""
+        cut = slice(index, index + 1)
+        return PrefillPass(StepTerms(*(a[cut] for a in (self.terms.compute, self.terms.weights, self.terms.kv, self.terms.comm,
+                                                         self.terms.overhead, self.terms.low_ratio, self.terms.high_ratio))),
+                           self.attention_s[cut], self.tokens[cut], self.prompts[cut], self.passes_per_prompt)
 
 
-def prefill_pass(ctx: StepContext) -> PrefillPass:
+def packed_prompts(prompt_tokens: int, budget_tokens: int) -> int:
+    """Whole prompts of `prompt_tokens` one pass of the engine's token budget holds (0: the prompt is
+    longer than the budget and is cut into chunks)."""
+    return budget_tokens // prompt_tokens
+
+
+def pass_shape(prompt_tokens: int, budget_tokens: int, prompts_per_rank) -> tuple[np.ndarray, np.ndarray, int]:
+    """Tokens per pass, prompts per pass and passes per prompt, for passes that hold
+    `prompts_per_rank` waiting prompts on each attention rank (n,): prompts no longer than the budget
+    are packed whole, at most as many as the budget holds (the rest wait for the next pass); a
+    longer prompt is cut into chunks of the budget, one prompt per pass."""
+    waiting = np.maximum(np.asarray(prompts_per_rank, dtype=float), 1.0)
+    packed = packed_prompts(prompt_tokens, budget_tokens)
+    if packed >= 1:
+        prompts = np.minimum(np.floor(waiting), packed)
+        return prompts * prompt_tokens, prompts, 1
+    n_chunks = -(-prompt_tokens // budget_tokens)
+    return np.full_like(waiting, float(budget_tokens)), np.full_like(waiting, 1.0 / n_chunks), n_chunks
+
+
+def prefill_pass(ctx: StepContext, prompts_per_rank) -> PrefillPass:
+    """Passes holding `prompts_per_rank` waiting prompts on each attention rank (n,)."""
     inp, st = ctx.inp, ctx.st
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
-    tokens, prompts, n_chunks = _pass_shape(inp)
+    tokens, prompts, n_chunks = pass_shape(inp.input_tokens, inp.prefill_chunk_tokens, prompts_per_rank)
     windows = layer_windows(arch)
     pairs = st.per_stage(attention_flops_per_context_token(arch, absorbed=False) * causal_attention_pairs(inp.input_tokens, windows))
-    attention_flops = (prompts * pairs / lay.tp)[None, :]
-    tokens_rank, tokens_stage = np.array([[float(tokens)]]), np.array([[float(tokens * lay.dp_attn)]])
+    attention_flops = prompts[:, None] * pairs[None, :] / lay.tp
+    tokens_rank, tokens_stage = tokens[:, None], tokens[:, None] * lay.dp_attn
+    one = np.ones((len(tokens), lay.pp))
     if ctx.calibrated:
         classes, _ = gemm_classes(ctx, tokens_rank, tokens_stage)
         curve = ctx.rates.prefill_attention_curve(str(prec.kv_cache), arch.attention.kind is AttentionKind.MLA)
@@ -72,23 +91,27 @@ def prefill_pass(ctx: StepContext) -> PrefillPass:
         attention = prefill_attention_kernel(curve, attention_flops, inp.input_tokens, st.n_layers, bf16)
         classes += [attention, elementwise(ctx, tokens_rank)]
         comm, spread = calibrated_comm(ctx, tokens_rank, tokens_stage, "normal")
-        terms = combine(classes, comm * np.ones((1, lay.pp)), spread)
-        return PrefillPass(_row(terms), attention.total_s[0], tokens, prompts, n_chunks)
-    flops = (matmul_flops(st.dense_params, tokens) + matmul_flops(st.head_params, max(prompts, 1.0)))[None, :] / lay.tp + attention_flops
-    flops = flops + matmul_flops(st.routed_active_params, tokens_stage) / lay.stage_size * inp.expert_imbalance
+        terms = combine(classes, comm * one, spread)
+        return PrefillPass(_broadcast(terms, one), attention.total_s * one, tokens, prompts, n_chunks)
+    flops = (matmul_flops(st.dense_params, tokens_rank) + matmul_flops(st.head_params, np.maximum(prompts, 1.0)[:, None])) / lay.tp
+    flops = flops + attention_flops + matmul_flops(st.routed_active_params, tokens_stage) / lay.stage_size * inp.expert_imbalance
     touch = touch_fraction(arch, tokens_stage)
     weights = weight_bytes_per_accelerator(st.dense_params + st.head_params, st.routed_total_params * touch * inp.expert_slot_factor,
                                            lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
-    prior = (inp.input_tokens - tokens) / 2 if n_chunks > 1 else 0.0  # a chunk reads the cache of the chunks before it
-    kv_tokens = tokens + np.minimum(prior, windows)
-    kv = st.per_stage(kv_bytes_per_token_per_layer(arch, prec.kv_bytes) * kv_tokens) * kv_shard_fraction(arch, lay.tp)
+    prior = (inp.input_tokens - tokens_rank) / 2 if n_chunks > 1 else 0.0 * tokens_rank  # a chunk reads the cache of the chunks before it
+    kv_tokens = tokens_rank + np.minimum(prior, windows[None, :])  # (n, n_layers)
+    kv = _per_stage_rows(st, kv_bytes_per_token_per_layer(arch, prec.kv_bytes) * kv_tokens) * kv_shard_fraction(arch, lay.tp)
     comm = roofline_comm(ctx, tokens_rank, tokens_stage)
-    one = np.ones((1, lay.pp))
     terms = StepTerms(compute_time_s(flops, ctx.flops_per_s) * one, memory_time_s(weights, ctx.hbm_bytes_per_s) * one,
                       memory_time_s(kv, ctx.hbm_bytes_per_s) * one, comm * one, 0.0 * one, one, one)
-    return PrefillPass(_row(terms), compute_time_s(attention_flops, ctx.flops_per_s)[0], tokens, prompts, n_chunks)
+    return PrefillPass(terms, compute_time_s(attention_flops, ctx.flops_per_s) * one, tokens, prompts, n_chunks)
 
 
-def _row(terms: StepTerms) -> StepTerms:
-    return StepTerms(*(np.asarray(a, dtype=float)[0] for a in (terms.compute, terms.weights, terms.kv, terms.comm, terms.overhead,
-                                                                terms.low_ratio, terms.high_ratio)))
+def _per_stage_rows(st: Stages, per_layer_rows: np.ndarray) -> np.ndarray:
+    """Stages.per_stage over each row of an (n, n_layers) array: (n, pp)."""
+    return np.stack([st.per_stage(row) for row in np.atleast_2d(per_layer_rows)])
+
+
+def _broadcast(terms: StepTerms, one: np.ndarray) -> StepTerms:
+    return StepTerms(*(np.asarray(a, dtype=float) * one for a in (terms.compute, terms.weights, terms.kv, terms.comm, terms.overhead,
+                                                                   terms.low_ratio, terms.high_ratio)))

@@ -27,7 +27,8 @@ from planner.physics.step_parts import (
 __all__ = ["decode_terms"]
 
 
-def _roofline_decode(ctx: StepContext, micro_batch: np.ndarray, per_rank: np.ndarray, extra: np.ndarray) -> tuple[StepTerms, np.ndarray]:
+def _roofline_decode(ctx: StepContext, micro_batch: np.ndarray, per_rank: np.ndarray, extra: np.ndarray,
+                     rank_extra: np.ndarray) -> tuple[StepTerms, np.ndarray]:
     inp, st = ctx.inp, ctx.st
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     mean_context = inp.input_tokens + inp.output_tokens / 2
@@ -37,23 +38,28 @@ def _roofline_decode(ctx: StepContext, micro_batch: np.ndarray, per_rank: np.nda
     touch = touch_fraction(arch, micro_batch + extra)
     weights = weight_bytes_per_accelerator(st.dense_params + st.head_params, st.routed_total_params * touch * inp.expert_slot_factor,
                                            lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
-    comm = roofline_comm(ctx, per_rank + extra / lay.dp_attn, micro_batch + extra)
+    comm = roofline_comm(ctx, per_rank + rank_extra, micro_batch + extra)
     compute, weights, kv = (compute_time_s(flops, ctx.flops_per_s), memory_time_s(weights, ctx.hbm_bytes_per_s),
                             memory_time_s(decode_kv_bytes(ctx, per_rank), ctx.hbm_bytes_per_s))
     one = np.ones_like(compute)
     return StepTerms(compute, weights * one, kv, comm * one, 0.0 * one, one, one), touch[:, 0]
 
 
-def decode_terms(ctx: StepContext, batches: np.ndarray, riders: np.ndarray | None = None) -> tuple[StepTerms, np.ndarray]:
+def decode_terms(ctx: StepContext, batches: np.ndarray, riders: np.ndarray | None = None,
+                 own: np.ndarray | None = None) -> tuple[StepTerms, np.ndarray]:
     """Terms of one decode micro-batch step, (n_batches, pp), and the expert touch fraction (n,).
-    `riders` (n,): prefill tokens travelling in the same step on each stage. Under the roofline they
-    widen the experts touched and the collectives (their FLOPs and KV reads are added by the caller);
-    under the calibrated model their GEMM rows ride in the same kernels (only their attention is
-    added by the caller)."""
+    `riders` (n,): prefill tokens travelling in the same step on each stage, spread evenly over the
+    attention ranks. `own` (n,): the prompt tokens of one request that ride on one attention rank on
+    top of its share (the step that carries a new prompt; that rank is the slowest). Under the
+    roofline the prompt tokens widen the experts touched and the collectives (their FLOPs and KV
+    reads are added by the caller); under the calibrated model their GEMM rows ride in the same
+    kernels (only their attention is added by the caller)."""
     lay = ctx.inp.layout
     micro_batch = (batches / lay.pp)[:, None]
     per_rank = micro_batch / lay.dp_attn
-    extra = np.zeros_like(micro_batch) if riders is None else riders[:, None]
+    shared = np.zeros_like(micro_batch) if riders is None else riders[:, None]
+    mine = np.zeros_like(micro_batch) if own is None else own[:, None]
+    extra, rank_extra = shared + mine, shared / lay.dp_attn + mine
     if ctx.calibrated:
-        return calibrated_decode(ctx, micro_batch, per_rank, extra)
-    return _roofline_decode(ctx, micro_batch, per_rank, extra)
+        return calibrated_decode(ctx, micro_batch, per_rank, extra, rank_extra)
+    return _roofline_decode(ctx, micro_batch, per_rank, extra, rank_extra)

@@ -159,10 +159,13 @@ def combine(classes: list[KernelTime], comm: np.ndarray, comm_spread: Spread) ->
     return StepTerms(compute, weights, kv, comm, overhead, low / safe, high / safe)
 
 
-def calibrated_decode(ctx: StepContext, micro_batch: np.ndarray, per_rank: np.ndarray, extra: np.ndarray) -> tuple[StepTerms, np.ndarray]:
+def calibrated_decode(ctx: StepContext, micro_batch: np.ndarray, per_rank: np.ndarray, extra: np.ndarray,
+                      rank_extra: np.ndarray) -> tuple[StepTerms, np.ndarray]:
+    """A decode micro-batch step: `per_rank` sequences on each attention rank, `extra` prompt tokens
+    riding on the stage, `rank_extra` of them on the slowest attention rank (all (n, 1))."""
     inp, st = ctx.inp, ctx.st
     arch, lay = inp.arch, inp.layout
-    tokens_rank = per_rank + extra / lay.dp_attn
+    tokens_rank = per_rank + rank_extra
     classes, touch = gemm_classes(ctx, tokens_rank, micro_batch + extra)
     mla = arch.attention.kind is AttentionKind.MLA
     curve = ctx.rates.decode_attention_curve(str(inp.precisions.kv_cache if inp.precisions.kv_cache is not Precision.FP16 else "bf16"), mla)

@@ -212,7 +212,7 @@ class WorkloadSpec(EdgeModel):
     input_tokens: int = Field(ge=1, le=MAX_INPUT_TOKENS, description="prompt length per request")
     output_tokens: int = Field(ge=1, le=MAX_OUTPUT_TOKENS, description="generated tokens per request")
     demand: Demand | None = Field(default=None, description="traffic to serve; omit to minimise cost per token")
-    ttft_limit_ms: float | None = Field(default=None, gt=0, le=MAX_LATENCY_LIMIT_MS, description="time-to-first-token limit, milliseconds")
+    ttft_limit_ms: float | None = Field(default=None, gt=0, le=MAX_LATENCY_LIMIT_MS, description="time-to-first-token limit, milliseconds, held at the 90th percentile of TTFT for Poisson arrivals at the plan's load (docs/step-model.md)")
     tpot_limit_ms: float | None = Field(default=None, gt=0, le=MAX_LATENCY_LIMIT_MS, description="time-per-output-token limit, milliseconds")
     prefix_cache: PrefixCacheSpec | None = Field(default=None, description="prompt caching (claim 9); omit for none")
     serving: ServingMode = Field(

@@ -39,12 +39,14 @@ from planner.physics.deployment import (
     quantization_issues,
 )
 from planner.physics.estimate import BatchTable, DeploymentInputs
+from planner.physics.prefill import packed_prompts
 from planner.physics.kv_cache import CacheUse, tiers_for
 from planner.physics.links import default_replica_links, kv_handoff_s
 from planner.placement.groups import ranks_per_domain
 from planner.problem.resolve import ResolvedWorkload, resolve_precisions
 from planner.problem.schema import PrecisionSpec
 from planner.solver.batch_search import (
+    Limits,
     Request,
     batch_grid,
     feasible,
@@ -55,7 +57,8 @@ from planner.solver.batch_search import (
 from planner.solver.shared_tables import run_together
 from planner.units import SECONDS_PER_HOUR
 
-__all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_s"]
+__all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_p90_s",
+           "pair_ttft_s"]
 
 MAX_PIPELINE_STAGES = 16
 EXTRA_PIPELINE_DOUBLINGS = 2  # also try 2x and 4x the fewest stages that hold the weights
@@ -86,7 +89,7 @@ class Candidate:
     batch: int
     precisions: Precisions
     tpot_s: float
-    ttft_s: float
+    ttft_s: float  # mean TTFT in this replica at its load
     decode_tokens_per_s: float
     output_tokens_per_s: float  # sustained per replica, prefill included
     usd_per_hour: float  # per replica
@@ -102,6 +105,11 @@ class Candidate:
     kv_handoff_bytes: float = 0.0  # prompt KV cache one request carries from a prefill to a decode replica
     nic_bytes_per_s: float = 0.0  # the replica's scale-out bandwidth for that hand-off (achievable)
     inputs: DeploymentInputs | None = field(default=None, compare=False, repr=False)  # the evaluated deployment (its batch)
+    ttft_p90_s: float | None = None  # the 90th percentile of TTFT (what TTFT limits hold at); None: ttft_s exactly
+
+    def __post_init__(self) -> None:
+        if self.ttft_p90_s is None:
+            object.__setattr__(self, "ttft_p90_s", self.ttft_s)
 
     @property
     def accelerators(self) -> int:
@@ -140,8 +148,14 @@ def handoff_s(prefill: Candidate, decode: Candidate) -> float:
 
 
 def pair_ttft_s(prefill: Candidate, decode: Candidate) -> float:
-    """TTFT of a disaggregated request: prefill (queue + prompt), KV hand-off, join a decode step."""
+    """Mean TTFT of a disaggregated request: prefill (wait + prompt), KV hand-off, join a decode step."""
     return prefill.ttft_s + handoff_s(prefill, decode) + decode.ttft_s
+
+
+def pair_ttft_p90_s(prefill: Candidate, decode: Candidate) -> float:
+    """The 90th percentile of a disaggregated request's TTFT, bounded above by the sum of its parts'
+    90th percentiles (what a TTFT limit holds at)."""
+    return prefill.ttft_p90_s + handoff_s(prefill, decode) + decode.ttft_p90_s
 
 
 @dataclass
@@ -156,7 +170,7 @@ class RackAnalysis:
     min_hbm_need_bytes: float = math.inf  # smallest HBM need of any layout at its smallest batch
     hbm_capacity_bytes: float = 0.0
     min_tpot_s: float = math.inf  # best TPOT of any layout that fits HBM
-    min_ttft_s: float = math.inf
+    min_ttft_s: float = math.inf  # the lowest 90th-percentile TTFT of any layout that fits HBM
     max_stage_size: int = 0
 
     def reject(self, reason: str) -> None:
@@ -210,9 +224,7 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
                spans: bool, notes: tuple[str, ...], handoff: tuple[float, float] = (0.0, 0.0)) -> Candidate:
     step = dict(zip(("compute", "weights", "kv", "comm", "overhead"), (float(term[i]) for term in table.serving_step), strict=True))
     if inp.role is ServingRole.PREFILL:  # cost and demand are counted in the output tokens its prompts feed
-        p = table.prefill_step
-        step = {"compute": p.compute_s, "weights": p.weights_s, "kv": p.kv_s, "comm": p.comm_s, "overhead": p.overhead_s}
-        output_rate = table.prefill_tokens_per_s * workload.output_tokens / inp.prefilled_tokens
+        output_rate = float(table.sustained_input_tokens_per_s[i]) * workload.output_tokens / inp.prefilled_tokens
     else:
         output_rate = float(table.sustained_output_tokens_per_s[i])
     return Candidate(
@@ -225,6 +237,7 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
         precisions=inp.precisions,
         tpot_s=0.0 if inp.role is ServingRole.PREFILL else float(table.tpot_s[i]),
         ttft_s=float(table.ttft_s[i]),
+        ttft_p90_s=float(table.ttft_p90_s[i]),
         decode_tokens_per_s=float(table.decode_tokens_per_s[i]),
         output_tokens_per_s=output_rate,
         usd_per_hour=inp.rack.accelerator.price_usd_per_hour * inp.layout.n_accelerators + float(table.storage_usd_per_s[i]) * SECONDS_PER_HOUR,
@@ -329,15 +342,8 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
     """The layout's candidates in one role, or the reason it has none."""
     layout = inp.layout
     limits = limits_for(workload, inp.role, handoff[1], handoff[0], settings.confidence is Confidence.HIGH)
-    if inp.role is ServingRole.PREFILL:  # one candidate: the prompts of one micro-batch per stage in flight
-        table = yield inp, np.array([layout.pp * layout.dp_attn])
-        analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(table.used_bytes[0]))
-        if not table.fits[0]:
-            return "hbm"
-        analysis.min_ttft_s = min(analysis.min_ttft_s, float(table.ttft_s[0]))
-        if limits.ttft_s is not None and table.ttft_s[0] > limits.ttft_s:
-            return "ttft"
-        return [_candidate(inp, workload, table, 0, BatchLimit.PREFILL, spans, notes, handoff)]
+    if inp.role is ServingRole.PREFILL:  # prompts per pass: from one per attention rank and micro-batch to what the budget holds
+        return (yield from _prefill_candidates(inp, workload, limits, spans, notes, handoff, analysis))
     if layout.pp * layout.dp_attn > settings.max_batch_per_replica:  # one sequence per stage and attention rank at the least
         return BatchLimit.MAX_BATCH
     grid = yield inp, batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica)
@@ -345,7 +351,7 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
     if not grid.fits[0]:
         return "hbm"
     analysis.min_tpot_s = min(analysis.min_tpot_s, float(grid.tpot_s[0]))
-    analysis.min_ttft_s = min(analysis.min_ttft_s, float(grid.ttft_s[0]))
+    analysis.min_ttft_s = min(analysis.min_ttft_s, float(grid.ttft_p90_s[0]))
     found = yield from largest_feasible_batch(inp, limits, grid)
     if found is None:
         return limit_reason(grid, limits, 0)
@@ -355,3 +361,25 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
         ladder = yield inp, batch_grid(layout.pp * layout.dp_attn, int(table.batches[best]))
         out += [_candidate(inp, workload, ladder, int(i), BatchLimit.LADDER, spans, notes, handoff) for i in np.flatnonzero(feasible(ladder, limits))]
     return out
+
+
+def _prefill_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, limits: Limits, spans: bool, notes: tuple[str, ...],
+                        handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, list[Candidate] | str]:
+    """A prefill layout's candidates: its batch is the prompts one pass holds, so a larger batch
+    prefills more per second and makes each prompt wait longer. The largest batch within the TTFT
+    limit and HBM, and every smaller one on the grid: a prefill-decode pair's TTFT adds the KV
+    hand-off and the decode join, so a faster, dearer prefill pass can be the only one that pairs."""
+    layout = inp.layout
+    unit = layout.pp * layout.dp_attn
+    grid = yield inp, batch_grid(unit, unit * max(packed_prompts(inp.input_tokens, inp.prefill_chunk_tokens), 1))
+    analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
+    if not grid.fits[0]:
+        return "hbm"
+    analysis.min_ttft_s = min(analysis.min_ttft_s, float(grid.ttft_p90_s[0]))
+    ok = feasible(grid, limits)
+    if not ok[0]:
+        return limit_reason(grid, limits, 0)
+    last = int(np.flatnonzero(ok)[-1])
+    reason = BatchLimit.PREFILL if last == len(grid.batches) - 1 else limit_reason(grid, limits, last)
+    return [_candidate(inp, workload, grid, i, reason if i == last else BatchLimit.LADDER, spans, notes, handoff)
+            for i in np.flatnonzero(ok)]

@@ -26,11 +26,11 @@ EXPLAIN_MIN_S = 1.0
 LIMIT_SENTENCES = {
     "hbm": "HBM capacity binds: batch {batch} is the largest whose weights, KV cache and activations fit",
     "tpot": "the TPOT limit binds: batch {batch} is the largest that decodes within {limit}",
-    "ttft": "the TTFT limit binds: batch {batch} is the largest whose queueing plus prefill stays within {limit}",
+    "ttft": "the TTFT limit binds: batch {batch} is the largest whose 90th-percentile TTFT (waiting plus prefill) stays within {limit}",
     "max_batch": "the batch cap binds: batch {batch} is solver.max_batch_per_replica",
     "ladder": "a smaller batch than the largest feasible one, chosen for latency",
     "nic": "the NICs bind: batch {batch} is the largest whose requests' KV caches the replica's scale-out links can receive",
-    "prefill": "a prefill replica: {rate} prompt tokens, each prompt ready in {latency}",
+    "prefill": "a prefill replica with {prompts} per pass{full}: {rate} prompt tokens, a first token after {latency} on average",
 }
 
 
@@ -110,8 +110,11 @@ def _deployment(result, d) -> DeploymentExplanation:
     c, e = d.candidate, d.estimate
     w = next(w for w in result.problem.workloads if w.name == c.workload)
     limit = {"tpot": w.tpot_limit_s, "ttft": w.ttft_limit_s}.get(c.batch_limit)
-    binding = LIMIT_SENTENCES[c.batch_limit].format(batch=c.batch, limit=format_seconds(limit) if limit else "",
-                                                    rate=format_rate(c.input_tokens_per_s), latency=format_seconds(e.prefill_latency_s))
+    kind = "prefill" if c.role is ServingRole.PREFILL and c.batch_limit in ("ladder", "prefill") else c.batch_limit
+    binding = LIMIT_SENTENCES[kind].format(batch=c.batch, limit=format_seconds(limit) if limit else "",
+                                           prompts=f"{c.batch} prompt" + ("s" if c.batch != 1 else ""),
+                                           full=" (full passes)" if c.batch_limit == "prefill" else "",
+                                           rate=format_rate(c.input_tokens_per_s), latency=format_seconds(e.ttft_s))
     prefill = c.role is ServingRole.PREFILL
     step = e.prefill_chunk_step if prefill else e.serving_step
     dominant = _dominant_sentence(step, "a prefill pass" if prefill else "the decode step")

@@ -15,7 +15,7 @@ from ortools.sat.python import cp_model
 from planner.model.architecture import param_counts
 from planner.modes import ConstraintFamily, FamilyKind, ServingRole
 from planner.precision import bytes_per_value
-from planner.solver.candidates import pair_ttft_s
+from planner.solver.candidates import pair_ttft_p90_s
 from planner.solver.model_builder import PlanningData, RackPool, build_model
 from planner.units import format_bytes, format_rate, format_seconds, format_usd
 
@@ -78,7 +78,7 @@ def _workload_alone(result, workload_name: str) -> Conflict | None:
             relax.append(f"raise workloads[{workload_name}].tpot_limit_ms to at least {math.ceil(a.min_tpot_s * 1e3)}")
         elif w.ttft_limit_s is not None and a.min_ttft_s > w.ttft_limit_s:
             families.add(ConstraintFamily(FamilyKind.TTFT, workload_name))
-            lines.append(f"on {a.rack_id}: the fastest first token takes {format_seconds(a.min_ttft_s)}, over the "
+            lines.append(f"on {a.rack_id}: the fastest first token takes {format_seconds(a.min_ttft_s)} (90th percentile), over the "
                          f"{format_seconds(w.ttft_limit_s)} TTFT limit")
             relax.append(f"raise workloads[{workload_name}].ttft_limit_ms to at least {math.ceil(a.min_ttft_s * 1e3)}")
         else:
@@ -182,9 +182,9 @@ def _coupled_conflict(result, families: list[ConstraintFamily]) -> Conflict:
             lines.append(f"workload '{name}' needs one replica")
         elif kind == "ttft":
             pairs = data.split_pairs_over_ttft(name)
-            fastest = min((pair_ttft_s(data.candidates[p], data.candidates[q]) for p, q in pairs), default=None)
+            fastest = min((pair_ttft_p90_s(data.candidates[p], data.candidates[q]) for p, q in pairs), default=None)
             lines.append(f"workload '{name}' has a TTFT limit of {format_seconds(data.ttft_limit_s[name])}; {len(pairs)} prefill-decode "
-                         "pairs exceed it (prefill + KV hand-off over the NICs + decode join)"
+                         "pairs exceed it at the 90th percentile (prefill + KV hand-off over the NICs + decode join)"
                          + (f", the fastest of them at {format_seconds(fastest)}" if fastest is not None else ""))
             relax.append(f"raise workloads[{name}].ttft_limit_ms, or serve it aggregated (serving: aggregated)")
     return Conflict(tuple(families), "these constraints conflict:\n      " + "\n      ".join(lines), tuple(relax))

@@ -15,7 +15,7 @@ from ortools.sat.python import cp_model
 from planner.modes import ConstraintFamily, FamilyKind, ServingRole
 from planner.placement.packing import aligned_free_blocks, stage_kind
 from planner.problem.schema import Objective
-from planner.solver.candidates import Candidate, pair_ttft_s
+from planner.solver.candidates import Candidate, pair_ttft_p90_s
 
 __all__ = [
     "THROUGHPUT_RESOLUTION",
@@ -79,13 +79,13 @@ class PlanningData:
         return [j for j, c in enumerate(self.candidates) if c.workload == workload and (role is None or c.role is role)]
 
     def split_pairs_over_ttft(self, workload: str) -> list[tuple[int, int]]:
-        """(prefill, decode) candidate pairs whose request TTFT (prefill + KV hand-off + decode join)
-        breaks the workload's limit: they may not serve the workload together."""
+        """(prefill, decode) candidate pairs whose request TTFT (prefill + KV hand-off + decode join, at
+        the 90th percentile) breaks the workload's limit: they may not serve the workload together."""
         limit = self.ttft_limit_s.get(workload)
         if limit is None:
             return []
         return [(p, q) for p in self.candidates_of(workload, ServingRole.PREFILL) for q in self.candidates_of(workload, ServingRole.DECODE)
-                if pair_ttft_s(self.candidates[p], self.candidates[q]) > limit * (1 + 1e-12)]
+                if pair_ttft_p90_s(self.candidates[p], self.candidates[q]) > limit * (1 + 1e-12)]
 
 
 def _scaled(value: float, resolution: float, round_up: bool) -> int:
