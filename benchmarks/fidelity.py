@@ -12,6 +12,9 @@ Modes (README of the validation set):
   prefill_pool  `--role prefill` replica; input tokens/s per accelerator
   static        B prompts prefilled, then OSL decode steps:
                 time = B x ISL / prefill rate + OSL x B / decode-only rate; B x OSL / time / G
+Columns beyond the original ones (optional; benchmarks/published_broad.csv has them): `family` (the
+source family the report groups by; by id prefix where absent), `planner_arrivals` (TTFT rows: closed
+or poisson) and `measured_statistic` (mean, p90, ...).
 Rows whose `measured_unit` is a time (ttft_s, tpot_s, request_latency_s) or tokens/s per user are
 read as `fidelity_metrics.py` says (TTFT by how the requests arrived: `planner_arrivals`).
 An empty `planner_batch` means the largest batch that fits (exit code 3 = does not fit), at most
