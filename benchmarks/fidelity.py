@@ -12,11 +12,21 @@ Modes (README of the validation set):
   prefill_pool  `--role prefill` replica; input tokens/s per accelerator
   static        B prompts prefilled, then OSL decode steps:
                 time = B x ISL / prefill rate + OSL x B / decode-only rate; B x OSL / time / G
+Columns beyond the original ones (optional; benchmarks/published_broad.csv has them): `family` (the
+source family the report groups by; by id prefix where absent), `planner_arrivals` (TTFT rows: closed
+or poisson) and `measured_statistic` (mean, p90, ...).
+Rows whose `measured_unit` is a time (ttft_s, tpot_s, request_latency_s) or tokens/s per user are
+read as `fidelity_metrics.py` says (TTFT by how the requests arrived: `planner_arrivals`).
 An empty `planner_batch` means the largest batch that fits (exit code 3 = does not fit), at most
 `planner_batch_cap`. Where the JSON has `<field>_range` = [low, high], the prediction is also
-computed at both ends and the benchmark reports whether that range covers the measurement.
+computed at both ends and the benchmark reports whether that range covers the measurement, and
+the range's width (high / low). Rows flagged with a feature the planner lacks are skipped with the
+reason. After the rows it prints the figures by source family and by regime (`fidelity_groups.py`).
 
-Usage: python benchmarks/fidelity.py [--quick] [--published CSV] [--ids A,B] [--json OUT] [--csv OUT] [--jobs N] [--subprocess]
+`--published` takes one CSV or several, comma-separated; `--all` runs published.csv, the held-out
+perf-overview rows and the broader set (published_broad.csv) together.
+
+Usage: python benchmarks/fidelity.py [--quick] [--published CSV[,CSV]] [--all] [--ids A,B] [--json OUT] [--csv OUT] [--jobs N] [--subprocess]
 Exit code 0 unless the benchmark itself fails.
 """
 
@@ -34,19 +44,26 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
+from fidelity_groups import by_family, by_regime, family_of, print_breakdown, regimes_of, targets
+from fidelity_metrics import LATENCY_UNITS, compared_key, field, latency_metric, skip_reason, static_time_s
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PUBLISHED_CSV = HERE / "published.csv"
+ALL_CSVS = (PUBLISHED_CSV, HERE / "published_perf_overview.csv", HERE / "published_broad.csv")
 QUICK_IDS = ("TRT061-01", "TRT061-05", "SG-03", "SG-04")  # one planner call each, every mode but inflight
 EXIT_DOES_NOT_FIT = 3
 WITHIN = 0.20  # the "within +-20%" band
+MS_PER_S = 1000  # printing only: times below a second are shown in ms
 DEFAULT_BATCH_CAP = 1 << 16  # search limit for the largest fitting batch when the row names none
 
 
-def load_rows(path: Path = PUBLISHED_CSV, ids: tuple[str, ...] | None = None) -> list[dict]:
-    """Rows of the published CSV, optionally only the given ids (in file order)."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+def load_rows(path: Path | tuple[Path, ...] = PUBLISHED_CSV, ids: tuple[str, ...] | None = None) -> list[dict]:
+    """Rows of the published CSV (or CSVs, one after the other), optionally only the given ids (in file order)."""
+    rows = []
+    for one in (path,) if isinstance(path, (str, Path)) else path:
+        with open(one, newline="") as f:
+            rows += list(csv.DictReader(f))
     return [r for r in rows if ids is None or r["id"] in ids]
 
 
@@ -128,21 +145,10 @@ def _narrow(row: dict, units: int, unit: int, lo: int, hi: int, best: dict) -> t
     return (units, hi, record) if fits else (lo, units, best)
 
 
-def field(record: dict, key: str, bound: str) -> float | None:
-    """`record[key]`, or an end of `record[key + '_range']` ([low, high] or {low|lo|min, high|hi|max})."""
-    if bound == "mid":
-        return record[key]
-    span = record.get(key + "_range")
-    if span is None:
-        return None
-    if isinstance(span, dict):
-        names = ("low", "lo", "min") if bound == "low" else ("high", "hi", "max")
-        return next((float(span[n]) for n in names if n in span), None)
-    return float(span[0] if bound == "low" else span[1])
-
-
 def predicted(row: dict, record: dict, bound: str = "mid") -> float | None:
     """The row's measured quantity as the planner predicts it (or an end of its range)."""
+    if row.get("measured_unit") in LATENCY_UNITS:
+        return latency_metric(row, record, bound)
     n = record["accelerators"]
     mode = row["planner_mode"]
     if mode in ("inflight", "decode_pool"):
@@ -156,14 +162,11 @@ def predicted(row: dict, record: dict, bound: str = "mid") -> float | None:
 
 
 def static_throughput(record: dict, bound: str) -> float | None:
-    """Static batching: B prompts prefilled back to back, then OSL decode steps at batch B."""
-    batch, isl, osl = record["batch_per_replica"], record["input_tokens"], record["output_tokens"]
-    prefill_rate = field(record, "prefill_only_tokens_per_s_per_replica", bound)
-    decode_rate = field(record, "decode_only_tokens_per_s_per_replica", bound)
-    if prefill_rate is None or decode_rate is None:
+    """Static batching: B x OSL output tokens over the batch's time (`static_time_s`), per accelerator."""
+    time_s = static_time_s(record, bound)
+    if time_s is None:
         return None
-    time_s = batch * isl / prefill_rate + osl * batch / decode_rate
-    return batch * osl / time_s / record["accelerators"]
+    return record["batch_per_replica"] * record["output_tokens"] / time_s / record["accelerators"]
 
 
 STEP_OF_MODE = {"prefill_pool": "prefill_chunk_step_time_s", "decode_pool": "decode_only_step_time_s",
@@ -184,6 +187,8 @@ def roofline_side(terms: dict) -> str:
 def driver(row: dict, record: dict) -> str:
     """What sets the prediction: the largest side of the step the mode runs on; for static batching
     the phase (prefill or decode) that takes most of the time, and its largest side."""
+    if row.get("measured_unit") == "ttft_s" and row["planner_mode"] != "static":
+        return "prefill pass: " + roofline_side(record["prefill_chunk_step_time_s"])
     if row["planner_mode"] != "static":
         return roofline_side(record[STEP_OF_MODE[row["planner_mode"]]])
     batch, isl = record["batch_per_replica"], record["input_tokens"]
@@ -197,10 +202,15 @@ def driver(row: dict, record: dict) -> str:
 
 def evaluate(row: dict) -> dict:
     """Run one row: the planner's prediction next to the measurement, or the error that stopped it."""
-    out = {"id": row["id"], "model": row["planner_model"], "hardware": row["planner_rack"], "mode": row["planner_mode"],
-           "layout": layout_text(row), "measured": float(row["measured_value"]), "unit": row["measured_unit"],
-           "flags": row["mapping_flags"], "batch": None, "fits": None, "predicted": None, "ratio": None,
-           "abs_error": None, "range": None, "range_covers": None, "driver": "", "error": None}
+    out = {"id": row["id"], "family": family_of(row), "model": row["planner_model"], "hardware": row["planner_rack"],
+           "mode": row["planner_mode"], "layout": layout_text(row), "measured": float(row["measured_value"]),
+           "unit": row["measured_unit"], "statistic": row.get("measured_statistic") or "", "flags": row["mapping_flags"],
+           "batch": None, "fits": None, "predicted": None, "ratio": None, "abs_error": None, "range": None,
+           "range_covers": None, "range_width": None, "compared": "", "moe": None, "regimes": [], "driver": "",
+           "skipped": skip_reason(row), "error": None}
+    if out["skipped"]:
+        out["regimes"] = regimes_of(out, row)
+        return out
     try:
         batch = _as_int(row["planner_batch"])
         if batch is None:
@@ -211,10 +221,11 @@ def evaluate(row: dict) -> dict:
         if record is None:
             out["error"] = "does not fit at any batch"
             return out
-        out.update(batch=batch, fits=fits, driver=driver(row, record))
+        out.update(batch=batch, fits=fits, driver=driver(row, record), moe=record.get("expert_touch_fraction", 0) > 0)
         _compare(out, row, record)
     except (RuntimeError, KeyError, ValueError, OSError, json.JSONDecodeError) as exc:
         out["error"] = str(exc)
+    out["regimes"] = regimes_of(out, row)
     return out
 
 
@@ -222,10 +233,13 @@ def _compare(out: dict, row: dict, record: dict) -> None:
     """Fill predicted, ratio, |error| and the range check."""
     value = predicted(row, record)
     out.update(predicted=value, ratio=value / out["measured"], abs_error=abs(value / out["measured"] - 1))
+    if row.get("measured_unit") in LATENCY_UNITS:
+        out["compared"] = compared_key(row, record)
     low, high = predicted(row, record, "low"), predicted(row, record, "high")
     if low is not None and high is not None:
         low, high = min(low, high), max(low, high)
-        out.update(range=[low, high], range_covers=low <= out["measured"] <= high)
+        out.update(range=[low, high], range_covers=low <= out["measured"] <= high,
+                   range_width=high / low if low > 0 else math.inf)
 
 
 def layout_text(row: dict) -> str:
@@ -250,8 +264,9 @@ def summarize(results: list[dict]) -> dict:
     done = [r for r in results if r["ratio"] is not None]
     errors = [r["abs_error"] for r in done]
     ranged = [r for r in done if r["range_covers"] is not None]
+    skipped = sum(r.get("skipped") is not None for r in results)
     return {
-        "rows": len(results), "evaluated": len(done), "failed": len(results) - len(done),
+        "rows": len(results), "evaluated": len(done), "skipped": skipped, "failed": len(results) - len(done) - skipped,
         "median_abs_error": statistics.median(errors) if errors else None,
         "p90_abs_error": percentile(errors, 0.9) if errors else None,
         "share_within_20pct": sum(e <= WITHIN for e in errors) / len(errors) if errors else None,
@@ -265,24 +280,37 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _value(value: float | None, unit: str) -> str:
+    """A measured or predicted value in the row's unit: tokens/s as integers, times in ms below a second."""
+    if value is None:
+        return "-"
+    if unit.endswith("_s") and not unit.startswith(("output_tokens", "input_tokens")):
+        return f"{value * MS_PER_S:,.1f}ms" if value < 1 else f"{value:,.2f}s"
+    return f"{value:,.0f}"
+
+
 def print_report(results: list[dict], summary: dict) -> None:
     """The per-row table and the overall figures."""
     head = f"{'id':<10} {'model':<16} {'hardware':<9} {'layout':<18} {'mode':<12} {'batch':>6} " \
            f"{'predicted':>10} {'measured':>9} {'ratio':>6} {'|err|':>7} {'range':>5}  driver / flags"
-    print("Fidelity: planner estimate vs published (tokens/s per accelerator: output, or input for prefill pools)")
+    print("Fidelity: planner estimate vs published (tokens/s per accelerator: output, or input for prefill pools; "
+          "times in ms or s, tokens/s per user, as each row's unit)")
     print(head)
     print("-" * len(head))
     for r in results:
         covers = "-" if r["range_covers"] is None else ("yes" if r["range_covers"] else "no")
-        tail = r["error"] or r["driver"] + ("" if r["fits"] in (True, None) else "; DOES NOT FIT")
+        tail = r["error"] or (f"SKIPPED: {r['skipped']}" if r["skipped"] else
+                              r["driver"] + ("" if r["fits"] in (True, None) else "; DOES NOT FIT"))
+        tail += f" ({r['unit']} {r['statistic']} vs {r['compared']})" if r["compared"] else ""
         tail += f" [{r['flags']}]" if r["flags"] else ""
         print(f"{r['id']:<10} {r['model']:<16} {r['hardware']:<9} {r['layout']:<18} {r['mode']:<12} "
-              f"{_fmt(r['batch'], 'd'):>6} {_fmt(r['predicted'], ',.0f'):>10} {r['measured']:>9,.0f} "
+              f"{_fmt(r['batch'], 'd'):>6} {_value(r['predicted'], r['unit']):>10} {_value(r['measured'], r['unit']):>9} "
               f"{_fmt(r['ratio'], '.2f'):>6} {_fmt(r['abs_error'] and 100 * r['abs_error'], '.0f') + '%':>7} {covers:>5}  {tail}")
     s = summary
     coverage = "n/a (the JSON has no *_range fields)" if s["range_coverage"] is None else \
         f"{s['range_coverage']:.0%} of {s['rows_with_range']} rows"
-    print(f"\nrows {s['evaluated']}/{s['rows']} evaluated; median |error| {_fmt(s['median_abs_error'] and 100 * s['median_abs_error'], '.0f')}%, "
+    skipped = f" ({s['skipped']} skipped)" if s.get("skipped") else ""
+    print(f"\nrows {s['evaluated']}/{s['rows']} evaluated{skipped}; median |error| {_fmt(s['median_abs_error'] and 100 * s['median_abs_error'], '.0f')}%, "
           f"90th percentile {_fmt(s['p90_abs_error'] and 100 * s['p90_abs_error'], '.0f')}%, "
           f"within +-{WITHIN:.0%}: {_fmt(s['share_within_20pct'], '.0%')}, median ratio {_fmt(s['median_ratio'], '.2f')}, "
           f"range coverage: {coverage}")
@@ -301,7 +329,8 @@ def write_outputs(results: list[dict], summary: dict, json_out: str | None, csv_
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_IDS)} (for the test suite)")
-    parser.add_argument("--published", default=str(PUBLISHED_CSV), help="published measurements CSV")
+    parser.add_argument("--published", default=str(PUBLISHED_CSV), help="published measurements CSV, or several comma-separated")
+    parser.add_argument("--all", action="store_true", help="published.csv, published_perf_overview.csv and published_broad.csv together")
     parser.add_argument("--json", metavar="OUT", help="write rows and summary as JSON")
     parser.add_argument("--csv", metavar="OUT", help="write one CSV line per row")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="rows evaluated in parallel")
@@ -309,14 +338,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ids", help="only these comma-separated row ids")
     args = parser.parse_args(argv)
     ids = tuple(args.ids.split(",")) if args.ids else QUICK_IDS if args.quick else None
-    rows = load_rows(Path(args.published), ids)
+    paths = ALL_CSVS if args.all else tuple(Path(p) for p in args.published.split(","))
+    rows = load_rows(paths, ids)
     global SUBPROCESS
     SUBPROCESS = args.subprocess
     executor = ThreadPoolExecutor if args.subprocess else ProcessPoolExecutor
     with executor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(evaluate, rows))
     summary = summarize(results)
+    summary.update(by_family=by_family(results), by_regime=by_regime(results),
+                   targets=[{"target": t, "value": v, "met": m} for t, v, m in targets(results)])
     print_report(results, summary)
+    print_breakdown(results)
     write_outputs(results, summary, args.json, args.csv)
     return 0
 
