@@ -5,9 +5,12 @@ A row names its metric in `measured_unit`:
   ttft_s                         time to first token. `planner_mode` static: the batch's prefill,
                                  B x ISL / prefill-only rate (every first token of a static batch
                                  comes when the whole batch is prefilled). Otherwise by
-                                 `planner_arrivals`: closed (a fixed number of requests in flight,
-                                 one at a time in batch-1 latency tables) compares with
-                                 ttft_s - queue_wait_s; poisson (a request rate) with ttft_s, or
+                                 `planner_arrivals`: closed (a fixed number of requests in flight):
+                                 alone (batch 1) a request waits for nothing, ttft_s - queue_wait_s;
+                                 with others decoding, it is sent when the one before it leaves, just
+                                 as the next step starts, and waits that whole step: ttft_s +
+                                 queue_wait_s (queue_wait_s is half a step); poisson (a request
+                                 rate) with ttft_s, or
                                  ttft_p90_s where `measured_statistic` is p90 (ttft_s where the JSON
                                  has no ttft_p90_s; the row's `compared` column says which).
   tpot_s                         time per output token: tpot_s.
@@ -70,7 +73,7 @@ def compared_key(row: dict, record: dict) -> str:
         return "static batch prefill"
     arrivals = row.get("planner_arrivals", "")
     if arrivals == "closed":
-        return "ttft_s - queue_wait_s"
+        return "ttft_s - queue_wait_s" if _alone(record) else "ttft_s + queue_wait_s"
     if arrivals == "poisson":
         return "ttft_p90_s" if row.get("measured_statistic") == "p90" and "ttft_p90_s" in record else "ttft_s"
     raise ValueError(f"{row['id']}: a TTFT row needs planner_arrivals closed or poisson, not {arrivals!r}")
@@ -89,5 +92,10 @@ def latency_metric(row: dict, record: dict, bound: str = "mid") -> float | None:
     if key == "static batch prefill":
         rate = field(record, "prefill_only_tokens_per_s_per_replica", bound)
         return None if rate is None else record["batch_per_replica"] * record["input_tokens"] / rate
-    total = field(record, "ttft_s", bound)  # closed arrivals: the TTFT without the Poisson queue
-    return None if total is None else total - record["queue_wait_s"]
+    total = field(record, "ttft_s", bound)  # closed arrivals: no wait alone, a whole step behind others
+    return None if total is None else total + (-1 if _alone(record) else 1) * record["queue_wait_s"]
+
+
+def _alone(record: dict) -> bool:
+    """A closed-loop request with nothing else in flight: batch 1, or a prefill replica's own pass."""
+    return record["batch_per_replica"] <= 1 or record.get("role") == "prefill"

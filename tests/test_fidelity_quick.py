@@ -68,7 +68,7 @@ def _fidelity_modules():
 
 def test_ttft_by_arrivals_on_a_hand_made_record():
     fidelity, _, _ = _fidelity_modules()
-    record = {"accelerators": 4, "ttft_s": 0.5, "queue_wait_s": 0.2, "ttft_s_range": [0.4, 0.7]}
+    record = {"accelerators": 4, "ttft_s": 0.5, "queue_wait_s": 0.2, "ttft_s_range": [0.4, 0.7], "batch_per_replica": 1}
     closed = {"id": "c", "planner_mode": "prefill_pool", "measured_unit": "ttft_s", "planner_arrivals": "closed",
               "measured_statistic": "mean"}
     out = {"measured": 0.25}
@@ -86,6 +86,10 @@ def test_ttft_by_arrivals_on_a_hand_made_record():
     assert out["predicted"] == 0.5 and out["compared"] == "ttft_s"
     with pytest.raises(ValueError):
         fidelity.predicted(dict(closed, planner_arrivals=""), record)
+    # closed arrivals with others decoding (batch 5 of an aggregated replica): a request sent as the
+    # one before it leaves waits the whole step that has just started, twice the mean Poisson wait
+    busy = dict(record, batch_per_replica=5, role="aggregated")
+    assert math.isclose(fidelity.predicted(dict(closed, planner_mode="inflight"), busy), 0.7)
 
 
 def test_tpot_per_user_and_static_latency_on_a_hand_made_record():
