@@ -75,16 +75,22 @@ def touch_fraction(arch: ModelArch, tokens: np.ndarray) -> np.ndarray:
 
 
 def moe_exchange(ctx: StepContext) -> bool:
+    """Whether a MoE layer exchanges tokens between ranks: only when its attention ranks hold different
+    tokens (attention data parallelism). With attention tensor-parallel (dp_attn = 1) every rank
+    already holds every token after the attention all-reduce, so each computes its own experts and
+    the layer's all-reduce sums their outputs, as with a dense MLP (TensorRT-LLM sets up no MoE
+    communication without attention DP: `CommunicationFactory.create_strategy`; vLLM and SGLang
+    all-reduce expert-parallel layers under tensor parallelism likewise)."""
     lay, arch = ctx.inp.layout, ctx.inp.arch
-    return arch.is_moe and (lay.ep > 1 or lay.dp_attn > 1)
+    return arch.is_moe and lay.dp_attn > 1
 
 
 def roofline_comm(ctx: StepContext, tokens_per_rank: np.ndarray, tokens_per_stage: np.ndarray) -> np.ndarray:
     """Per-stage communication of one forward pass over the graph's links: TP all-reduces, the MoE
     token exchange, the hand-off to the next stage.
 
-    The MoE exchange is needed whenever a MoE layer mixes tokens of several attention ranks or
-    spreads experts over ranks (ep > 1 or dp_attn > 1). Each token goes to its k experts' ranks
+    The MoE exchange is needed whenever a MoE layer mixes tokens of several attention ranks
+    (`moe_exchange`). Each token goes to its k experts' ranks
     (docs/physics.md: B * k * d * b_a per layer), or with ep = 1 once to every rank, and reaches all
     `expert_tp` accelerators of each; (n-1)/n of the copies leave their sender. It replaces the MoE
     layer's MLP all-reduce."""
