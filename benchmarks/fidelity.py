@@ -18,7 +18,10 @@ or poisson) and `measured_statistic` (mean, p90, ...).
 Rows whose `measured_unit` is a time (ttft_s, tpot_s, request_latency_s) or tokens/s per user are
 read as `fidelity_metrics.py` says (TTFT by how the requests arrived: `planner_arrivals`).
 An empty `planner_batch` means the largest batch that fits (exit code 3 = does not fit), at most
-`planner_batch_cap`. Where the JSON has `<field>_range` = [low, high], the prediction is also
+`planner_batch_cap`. `planner_batch_rule` names an engine's own batch rule that also bounds it: `trtllm-bench` (rows run
+with trtllm-bench without --max_batch_size) caps the batch at trtllm-bench's max_batch_size per attention rank x ranks
+and passes its max_num_tokens as `--prefill-chunk` (`trtllm_bench_rule.py`). An optional `planner_prefill_chunk`
+column sets `--prefill-chunk` directly. Where the JSON has `<field>_range` = [low, high], the prediction is also
 computed at both ends and the benchmark reports whether that range covers the measurement, and
 the range's width (high / low). Rows flagged with a feature the planner lacks are skipped with the
 reason. After the rows it prints the figures by source family and by regime (`fidelity_groups.py`).
@@ -46,6 +49,8 @@ from pathlib import Path
 
 from fidelity_groups import by_family, by_regime, family_of, print_breakdown, regimes_of, targets
 from fidelity_metrics import LATENCY_UNITS, compared_key, field, latency_metric, skip_reason, static_time_s
+from trtllm_bench_rule import RULE as TRTLLM_BENCH_RULE
+from trtllm_bench_rule import replica_batch_limit, settings_for_row
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -82,7 +87,25 @@ def estimate_argv(row: dict, batch: int, json_path: str) -> list[str]:
     role = "aggregated" if row["planner_mode"] == "static" else row["planner_role"]
     argv += ["--engine", row["planner_engine"], "--overlap", row["planner_overlap"]]
     argv += ["--redundant-experts", row.get("planner_redundant_experts") or "0"]
+    if row.get("planner_prefill_chunk"):
+        argv += ["--prefill-chunk", row["planner_prefill_chunk"]]
     return argv + ["--role", role]
+
+
+def with_batch_rule(row: dict) -> tuple[dict, str]:
+    """The row with its engine's batch rule applied (`planner_batch_rule`): the batch cap lowered to what the rule
+    lets a replica hold, the rule's token budget as the prefill chunk; and a note saying so ("" without a rule)."""
+    rule = row.get("planner_batch_rule") or ""
+    if not rule:
+        return row, ""
+    if rule != TRTLLM_BENCH_RULE:
+        raise ValueError(f"{row['id']}: unknown planner_batch_rule {rule!r}")
+    bench = settings_for_row(row)
+    limit = replica_batch_limit(row, bench)
+    cap = min(_as_int(row["planner_batch_cap"]) or DEFAULT_BATCH_CAP, limit)
+    note = (f"trtllm-bench max_batch_size {bench.max_batch_size}/rank x {limit // bench.max_batch_size}, "
+            f"max_num_tokens {bench.max_num_tokens}" + ("" if bench.tuned else " (untuned defaults)"))
+    return dict(row, planner_batch_cap=str(cap), planner_prefill_chunk=str(bench.max_num_tokens)), note
 
 
 SUBPROCESS = False  # --subprocess: one `python -m planner` per call instead of the entry point in this process
@@ -207,11 +230,12 @@ def evaluate(row: dict) -> dict:
            "unit": row["measured_unit"], "statistic": row.get("measured_statistic") or "", "flags": row["mapping_flags"],
            "batch": None, "fits": None, "predicted": None, "ratio": None, "abs_error": None, "range": None,
            "range_covers": None, "range_width": None, "compared": "", "moe": None, "regimes": [], "driver": "",
-           "skipped": skip_reason(row), "error": None}
+           "batch_rule": "", "skipped": skip_reason(row), "error": None}
     if out["skipped"]:
         out["regimes"] = regimes_of(out, row)
         return out
     try:
+        row, out["batch_rule"] = with_batch_rule(row)
         batch = _as_int(row["planner_batch"])
         if batch is None:
             batch, record = largest_fitting_batch(row)
@@ -303,6 +327,7 @@ def print_report(results: list[dict], summary: dict) -> None:
                               r["driver"] + ("" if r["fits"] in (True, None) else "; DOES NOT FIT"))
         tail += f" ({r['unit']} {r['statistic']} vs {r['compared']})" if r["compared"] else ""
         tail += f" [{r['flags']}]" if r["flags"] else ""
+        tail += f" [{r['batch_rule']}]" if r.get("batch_rule") else ""
         print(f"{r['id']:<10} {r['model']:<16} {r['hardware']:<9} {r['layout']:<18} {r['mode']:<12} "
               f"{_fmt(r['batch'], 'd'):>6} {_value(r['predicted'], r['unit']):>10} {_value(r['measured'], r['unit']):>9} "
               f"{_fmt(r['ratio'], '.2f'):>6} {_fmt(r['abs_error'] and 100 * r['abs_error'], '.0f') + '%':>7} {covers:>5}  {tail}")

@@ -56,6 +56,13 @@ def test_held_out_perf_overview_rows_map_onto_the_planner(tmp_path):
     rows = json.loads(out_json.read_text())["rows"]
     assert sorted(r["id"] for r in rows) == sorted(ids.split(","))  # in file order
     assert all(r["error"] is None and r["predicted"] > 0 and r["batch"] > 0 for r in rows)
+    # trtllm-bench's own limits bound the batch: DeepSeek-R1 FP4 on 4 B200 (DEP4) at 1K/1K holds at most 384 per
+    # attention rank (TensorRT-LLM tuning.py: (4 x 179.06 GiB - 393.6e9 x 0.5 B) x 0.9 / (2 x 61 x 128 x 56 B x 2048)
+    # = 287.6 requests, rounded up to a multiple of 128); gpt-oss's MXFP4 is not tuned: BuildConfig's 2048 per rank
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["PO-deepseek-r1-B200-1024-1024"]["batch"] <= 384 * 4
+    assert by_id["PO-gpt-oss-120b-H100-8192-1024"]["batch"] <= 2048 * 4
+    assert all("trtllm-bench max_batch_size" in r["batch_rule"] for r in rows)
 
 
 def _fidelity_modules():
@@ -180,3 +187,104 @@ def test_broad_csv_rows_are_complete():
         if r["measured_unit"] == "ttft_s" and r["planner_mode"] != "static":
             assert r["planner_arrivals"] in ("closed", "poisson"), r["id"]
         assert fidelity_metrics.skip_reason(r) or (r["planner_isl"] and r["planner_osl"]), r["id"]
+
+
+def _bench_rule():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import trtllm_bench_rule
+    return trtllm_bench_rule
+
+
+def _perf_overview_row(row_id: str) -> dict:
+    fidelity, _, _ = _fidelity_modules()
+    return fidelity.load_rows((ROOT / "benchmarks" / "published.csv", ROOT / "benchmarks" / "published_perf_overview.csv"),
+                              (row_id,))[0]
+
+
+def test_trtllm_bench_rule_llama_70b_fp8_tp2_h100():
+    # TRTPO-09: nvidia/Llama-3.3-70B-Instruct-FP8 on 2 H100, 1000/1000, worked from TensorRT-LLM's
+    # bench/build/tuning.py calc_engine_setting + finetune_setting and benchmark/utils/general.py get_settings:
+    #   config.json: 80 layers, 8 KV heads of head_dim 128; KV heads max(tp 2, 8) = 8; FP8 KV, 1 byte
+    #   KV per token 2 x 80 x 8 x 128 x 1 = 163,840 B; per request x 2000 tokens = 0.30517578 GiB
+    #   param_count = stored elements, one per FP8 weight: 80 x (8192 x (8192 + 2 x 1024 + 8192) + 3 x 8192 x 28672
+    #   + 2 x 8192) + 2 x 128,256 x 8192 + 8192 = 70,553,706,496 -> engine 70,553,706,496 x 1 B = 65.70826 GiB
+    #   device: NVML total 81,559 MiB = 79.64746 GiB each, x 2 = 159.29492 GiB
+    #   requests = (159.29492 - 65.70826) x 0.90 / 0.30517578 = 84.22800 / 0.30517578 = 276.0
+    #   max_batch_size: 256 <= 276.0 < 1024 -> 128 x ceil(276.0 / 128) = 384
+    #   max_num_tokens: 276.0 x (1 + 1000/1000) = 552 < 4096 -> max(2048, 256 x 3) = 2048; no chunked prefill:
+    #   max(2048, max ISL 1000 + 384) = 2048
+    rule = _bench_rule()
+    row = _perf_overview_row("TRTPO-09")
+    bench = rule.settings_for_row(row)
+    assert bench.requests == pytest.approx(276.0, rel=1e-4)
+    assert (bench.max_batch_size, bench.max_num_tokens, bench.tuned) == (384, 2048, True)
+    assert rule.replica_batch_limit(row, bench) == 384  # attention TP: one scheduler for the replica
+
+
+def test_trtllm_bench_rule_deepseek_r1_fp8_dep8_h200():
+    # PO-deepseek-r1-H200-1024-1024: deepseek-ai/DeepSeek-R1-0528 (FP8 block scales) on 8 H200, `--tp 8 --ep 8` with
+    # attention DP, 1024/1024:
+    #   config.json: 61 layers, num_key_value_heads 128, no head_dim -> head_size 7168 // 128 = 56;
+    #   KV heads max(tp 8, 128) = 128; FP8 KV: 2 x 61 x 128 x 56 x 1 = 874,496 B per token, x 2048 = 1.66797 GiB
+    #   param_count: the model's 671,026,404,352 plus the MTP module stored beside it: one MoE layer
+    #   (attention 187,107,328 + norms 14,336 + 257 experts x 3 x 7168 x 2048 + router 256 x 7168 = 11,507,286,016),
+    #   its embed_tokens and head 2 x 129,280 x 7168, eh_proj 2 x 7168 x 7168 and 3 norms: 13,463,426,048;
+    #   plus one FP32 scale per 128 x 128 block of the linear weights: (routed 653,908,770,816 + MLPs 3,743,416,320
+    #   + attention 61 x 187,107,328 + MTP 11,610,046,464) / 16,384 = 41,545,153;
+    #   total 684,531,375,553 x 1 B = 637.51952 GiB
+    #   device: 8 x 143,771 MiB = 1,123.21094 GiB
+    #   requests = (1,123.21094 - 637.51952) x 0.90 / 1.66797 = 437.12227 / 1.66797 = 262.07
+    #   max_batch_size 128 x ceil(262.07 / 128) = 384 per rank; tokens 524 -> 2048, max(2048, 1024 + 384) = 2048
+    #   the replica holds at most 384 per attention rank x 8 ranks = 3072
+    rule = _bench_rule()
+    row = _perf_overview_row("PO-deepseek-r1-H200-1024-1024")
+    bench = rule.settings_for_row(row)
+    assert bench.requests == pytest.approx(262.07, rel=1e-4)
+    assert (bench.max_batch_size, bench.max_num_tokens) == (384, 2048)
+    assert rule.replica_batch_limit(row, bench) == 3072
+    # the 0.95 fraction the perf overview says it often used leaves this row's limits as they are:
+    # 485.69141 x 0.95 / 1.66797 = 276.63 -> 384
+    often = rule.settings_for_row(row, rule.KV_FRACTION_OFTEN)
+    assert often.requests == pytest.approx(276.63, rel=1e-4) and often.max_batch_size == 384
+
+
+def test_trtllm_bench_rule_untuned_quant_and_rounding_steps():
+    rule = _bench_rule()
+    # gpt-oss's MXFP4 checkpoint is not in TUNED_QUANTS: BuildConfig's 2048 / 8192; without chunked prefill the
+    # token budget still holds a whole 32,768-token prompt beside a full batch: 32,768 + 2048 = 34,816
+    bench = rule.settings_for_row(_perf_overview_row("PO-gpt-oss-120b-H200-32768-1024"))
+    assert (bench.max_batch_size, bench.max_num_tokens, bench.tuned, bench.requests) == (2048, 34816, False, None)
+    # finetune_setting's steps, by hand: 58.2 requests at 1024/8192 -> multiple of 32, at least 64 -> 64; tokens
+    # 58.2 x 1.125 = 65.5 -> at least 2048. 5000 requests -> capped at 4096 -> multiple of 256 = 4096; tokens
+    # min(4096 x 2, 32768) = 8192 -> multiple of 1024 = 8192. 600 requests over pp 2 -> 300 -> multiple of 128 = 384;
+    # tokens 300 x 9 = 2700 -> multiple of 256 = 2816.
+    assert rule.finetune(58.2, 1024, 8192, 1) == (64, 2048)
+    assert rule.finetune(5000.0, 1024, 1024, 1) == (4096, 8192)
+    assert rule.finetune(600.0, 8192, 1024, 2) == (384, 2816)
+
+
+def test_checkpoint_element_counts_match_published_counts():
+    # param_count is the checkpoint's safetensors element count; the published counts of the checkpoints
+    # (rounded as listed) check the storage layouts assumed for them
+    rule = _bench_rule()
+    models, _ = rule._catalogs()
+    published = {("deepseek-r1", "fp8"): (685e9, 0.5e9),     # Hugging Face: 685B (671B + 14B MTP, DeepSeek-V3 README)
+                 ("deepseek-r1", "nvfp4"): (393.6e9, 0.05e9),  # nvidia/DeepSeek-R1-0528-NVFP4-v2: 393.6B (llmrun.dev)
+                 ("llama-3.3-70b", "fp8"): (71e9, 0.5e9),      # nvidia/Llama-3.3-70B-Instruct-FP8: 71B (Hugging Face)
+                 ("llama-3.3-70b", "nvfp4"): (41e9, 0.5e9)}    # nvidia/Llama-3.3-70B-Instruct-NVFP4: 41B (Hugging Face)
+    for (model, precision), (count, rounding) in published.items():
+        assert abs(rule.checkpoint_elements(models[model], precision) - count) <= rounding, (model, precision)
+
+
+def test_fidelity_row_takes_the_bench_rule():
+    fidelity, _, _ = _fidelity_modules()
+    row = _perf_overview_row("PO-deepseek-r1-H200-1024-1024")
+    ruled, note = fidelity.with_batch_rule(row)
+    assert ruled["planner_batch_cap"] == "3072" and ruled["planner_prefill_chunk"] == "2048"  # min(8192, 384 x 8)
+    assert "384/rank x 8" in note
+    argv = fidelity.estimate_argv(ruled, 8, "x.json")
+    assert argv[argv.index("--prefill-chunk") + 1] == "2048"
+    plain = dict(row, planner_batch_rule="")
+    assert fidelity.with_batch_rule(plain) == (plain, "") and "--prefill-chunk" not in fidelity.estimate_argv(plain, 8, "x.json")
+    with pytest.raises(ValueError):
+        fidelity.with_batch_rule(dict(row, planner_batch_rule="vllm-bench"))
