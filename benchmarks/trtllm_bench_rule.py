@@ -7,14 +7,17 @@ rule, as read in github.com/NVIDIA/TensorRT-LLM (our code; the facts carry their
 
 - tensorrt_llm/bench/benchmark/utils/general.py `get_settings` (revisions 0171265e and c0b2ee6e, same rule): without
   both user limits it calls `get_benchmark_engine_settings(bench ModelConfig, the checkpoint's quant config, --tp, --pp,
-  dataset mean ISL, mean OSL, --kv_cache_free_gpu_mem_fraction)`; with chunked prefill off (the perf-overview commands
-  and llm_options.yml leave it off) it then raises max_num_tokens to at least max ISL + max_batch_size.
-- tensorrt_llm/bench/build/build.py `get_benchmark_engine_settings` (000a01de): `calc_engine_setting` for the quant
+  dataset mean ISL, mean OSL, --kv_cache_free_gpu_mem_fraction)`; unless the llm_options.yml sets
+  enable_chunked_prefill (no perf-overview one does) it then raises max_num_tokens to at least max ISL + max_batch_size.
+  (The runtime's own chunking switch differs by revision: throughput.py 000a01de has --enable_chunked_context, default
+  off; 56851033 has --enable_chunked_context/--disable_chunked_context, default on. get_settings reads neither, so the
+  floor holds in both, and with it a whole prompt fits one step's budget.)
+- tensorrt_llm/bench/build/build.py `get_benchmark_engine_settings` (000a01de, 7eb710fa): `calc_engine_setting` for the quant
   algorithms in TUNED_QUANTS = {NVFP4, FP8, FP8_BLOCK_SCALES, NO_QUANT, None}; any other (gpt-oss's MXFP4 checkpoints
-  load as W4A16_MXFP4 on Hopper and W4A8_MXFP4_* on Blackwell, _torch/model_config.py `get_mxfp4_quant_algo`) gets
+  load as W4A16_MXFP4 on Hopper and W4A8_MXFP4_* on Blackwell, _torch/model_config.py `get_mxfp4_quant_algo`, 1a0dc5f7) gets
   BuildConfig's defaults, max_batch_size 2048 and max_num_tokens 8192 (tensorrt_llm/builder.py BuildConfig, 008b2b8d).
-- tensorrt_llm/bench/build/tuning.py `calc_engine_setting` and `finetune_setting` (04cba882 and a7e572fb, same rule for
-  models without Mamba layers): bytes per element by quant algo (NO_QUANT 2, FP8 and FP8_BLOCK_SCALES 1, NVFP4 0.5,
+- tensorrt_llm/bench/build/tuning.py `calc_engine_setting` and `finetune_setting` (04cba882 and a7e572fb, and two
+  earlier stored versions; the same rule for models without Mamba layers in all four): bytes per element by quant algo (NO_QUANT 2, FP8 and FP8_BLOCK_SCALES 1, NVFP4 0.5,
   anything else 2) for weights and for the KV cache; KV GiB per token = 2 x attention layers x max(tp, KV heads) x
   head_size x KV bytes / 2^30; engine GiB = param_count x weight bytes / 2^30; requests = (device GiB x tp x pp - engine)
   x fraction / (KV GiB per token x (ISL + OSL)); finetune: raw = min(requests, 4096) / pp, tokens = min(raw x (1 + ISL /
@@ -26,7 +29,7 @@ rule, as read in github.com/NVIDIA/TensorRT-LLM (our code; the facts carry their
   param_count = the sum of the checkpoint's safetensors parameter counts (stored elements: a packed NVFP4 byte holding
   two values counts once).
 - tensorrt_llm/bench/build/utils.py `get_device_memory` (7ed07f06): NVML's total memory of GPU 0 / 2^30 (GiB).
-- tensorrt_llm/bench/benchmark/throughput.py (000a01de): --kv_cache_free_gpu_mem_fraction defaults to 0.90, --tp to 1.
+- tensorrt_llm/bench/benchmark/throughput.py (000a01de, 56851033): --kv_cache_free_gpu_mem_fraction defaults to 0.90.
   The perf overview says it often ran 0.95 instead ("In many cases, we also use a higher KV cache percentage by setting
   --kv_cache_free_gpu_mem_fraction 0.95 ... We fall back to 0.90 or lower if out-of-memory errors are encountered");
   a row does not say which, so the default is taken and `python benchmarks/trtllm_bench_rule.py` prints both.
