@@ -14,7 +14,9 @@ Modes (README of the validation set):
                 time = B x ISL / prefill rate + OSL x B / decode-only rate; B x OSL / time / G
 Columns beyond the original ones (optional; benchmarks/published_broad.csv has them): `family` (the
 source family the report groups by; by id prefix where absent), `planner_arrivals` (TTFT rows: closed
-or poisson) and `measured_statistic` (mean, p90, ...).
+or poisson), `measured_statistic` (mean, p90, ...), and for rows measured with speculative decoding
+`planner_speculative_tokens` (draft tokens per step) and `planner_acceptance_length` (the source's
+own accepted tokens per step; empty: the model catalog's published acceptance).
 Rows whose `measured_unit` is a time (ttft_s, tpot_s, request_latency_s) or tokens/s per user are
 read as `fidelity_metrics.py` says (TTFT by how the requests arrived: `planner_arrivals`).
 An empty `planner_batch` means the largest batch that fits (exit code 3 = does not fit), at most
@@ -89,6 +91,9 @@ def estimate_argv(row: dict, batch: int, json_path: str) -> list[str]:
     argv += ["--redundant-experts", row.get("planner_redundant_experts") or "0"]
     if row.get("planner_prefill_chunk"):
         argv += ["--prefill-chunk", row["planner_prefill_chunk"]]
+    if row.get("planner_speculative_tokens"):  # acceptance: the row's own measured length, else the model catalog's rates
+        argv += ["--speculative-tokens", row["planner_speculative_tokens"]]
+        argv += ["--acceptance-length", row["planner_acceptance_length"]] if row.get("planner_acceptance_length") else []
     return argv + ["--role", role]
 
 

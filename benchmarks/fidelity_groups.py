@@ -2,7 +2,7 @@
 
 A row's family is its CSV `family` column, or for the CSVs that have none, a name from its id prefix.
 Its regimes (a row may be in several): TTFT (measured unit ttft_s), batch<=8 (the batch per replica
-it ran at), MoE or dense (whether the estimate touched experts).
+it ran at), MoE or dense (whether the estimate touched experts), speculative (measured with draft tokens).
 """
 
 import math
@@ -11,7 +11,7 @@ import statistics
 FAMILY_OF_PREFIX = {"TRT061": "trtllm-static-v0.6.1", "TRTPO": "trtllm-perf-overview", "PO": "trtllm-perf-overview",
                     "SG": "sglang-large-ep-h100"}
 SMALL_BATCH = 8
-REGIMES = ("TTFT", f"batch<={SMALL_BATCH}", "MoE", "dense")
+REGIMES = ("TTFT", f"batch<={SMALL_BATCH}", "MoE", "dense", "speculative")
 
 # Issue 21's done-when on the project's own published rows (not constants of the planner).
 TARGET_MEDIAN = 0.15
@@ -36,6 +36,8 @@ def regimes_of(out: dict, row: dict) -> list[str]:
         names.append(REGIMES[1])
     if out["moe"] is not None:
         names.append("MoE" if out["moe"] else "dense")
+    if (_as_int(row.get("planner_speculative_tokens") or "") or 0) > 0:
+        names.append("speculative")
     return names
 
 

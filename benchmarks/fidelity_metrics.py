@@ -23,7 +23,6 @@ Rows carrying a flag of SKIP_FLAGS stay in the CSV and are reported as skipped w
 LATENCY_UNITS = ("ttft_s", "tpot_s", "output_tokens_per_s_per_user", "request_latency_s")
 
 SKIP_FLAGS = {
-    "speculative_decoding": "measured with speculative decoding (MTP), which the planner does not model yet",
     "isl_unpublished": "mean prompt length not published by the benchmark's owner",
     "weights_offloaded": "weights offloaded to host memory, which the planner does not model",
     "model_unknown": "model not in the planner's catalog",

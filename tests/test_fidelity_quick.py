@@ -124,9 +124,9 @@ def test_flagged_rows_are_skipped_with_their_reason():
     row = {"id": "x-1", "planner_model": "deepseek-r1", "planner_rack": "hgx-b200", "planner_mode": "inflight",
            "planner_tp": "8", "planner_ep": "2", "planner_pp": "1", "planner_dp_attn": "1", "planner_weights_precision": "nvfp4",
            "planner_batch": "1", "measured_value": "274.7", "measured_unit": "output_tokens_per_s_per_user",
-           "mapping_flags": "kv_precision_assumed;speculative_decoding", "family": "f"}
+           "mapping_flags": "kv_precision_assumed;weights_offloaded", "family": "f"}
     out = fidelity.evaluate(row)  # no planner call: the reason is known from the flags
-    assert out["skipped"] == metrics.SKIP_FLAGS["speculative_decoding"] and out["predicted"] is None
+    assert out["skipped"] == metrics.SKIP_FLAGS["weights_offloaded"] and out["predicted"] is None
     assert out["regimes"] == ["batch<=8"] and out["family"] == "f"
     assert fidelity.summarize([out])["skipped"] == 1 and fidelity.summarize([out])["failed"] == 0
 
@@ -157,20 +157,21 @@ def test_family_and_regime_figures_and_targets():
 
 
 def test_broad_rows_map_onto_the_planner(tmp_path):
-    # a batch-1 TTFT row, a TPOT row, a static-latency row and a skipped one, through the CLI
+    # a batch-1 TTFT row, a TPOT row, a static-latency row, a speculative-decoding row and a skipped one, through the CLI
     out_json = tmp_path / "broad.json"
-    ids = "TRT05-TTFT-05,NIM-05,AMD-LAT-01,TRTDS-05"
+    ids = "TRT05-TTFT-05,NIM-05,AMD-LAT-01,TRTDS-07,SGB-04"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--published", str(ROOT / "benchmarks" / "published_broad.csv"),
                            "--ids", ids, "--json", str(out_json)], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(out_json.read_text())
     rows = {r["id"]: r for r in record["rows"]}
-    assert rows["TRTDS-05"]["skipped"] and rows["TRTDS-05"]["predicted"] is None
+    assert rows["SGB-04"]["skipped"] and rows["SGB-04"]["predicted"] is None
+    assert rows["TRTDS-07"]["error"] is None and rows["TRTDS-07"]["predicted"] > 0 and "speculative" in rows["TRTDS-07"]["regimes"]
     for rid in ("TRT05-TTFT-05", "NIM-05", "AMD-LAT-01"):
         assert rows[rid]["error"] is None and rows[rid]["predicted"] > 0 and "batch<=8" in rows[rid]["regimes"]
     assert "TTFT" in rows["TRT05-TTFT-05"]["regimes"] and rows["TRT05-TTFT-05"]["compared"] == "ttft_s - queue_wait_s"
-    assert record["summary"]["evaluated"] == 3 and record["summary"]["skipped"] == 1
-    assert set(record["summary"]["by_family"]) == {"trtllm-v0.5", "nvidia-nim", "amd-rocm-vllm", "trtllm-deepseek-guides"}
+    assert record["summary"]["evaluated"] == 4 and record["summary"]["skipped"] == 1
+    assert set(record["summary"]["by_family"]) == {"trtllm-v0.5", "nvidia-nim", "amd-rocm-vllm", "trtllm-deepseek-guides", "sglang-blogs"}
     assert "regime" in proc.stdout and "issue 21 targets" in proc.stdout
 
 

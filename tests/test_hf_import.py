@@ -16,7 +16,7 @@ DEEPSEEK_V3 = {
     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 18432,
     "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
     "first_k_dense_replace": 3, "moe_layer_freq": 1, "max_position_embeddings": 163840, "tie_word_embeddings": False,
-    "n_group": 8, "topk_group": 4,
+    "n_group": 8, "topk_group": 4, "num_nextn_predict_layers": 1,
     "quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}, "torch_dtype": "bfloat16",
 }
 QWEN3_30B_A3B = {
@@ -54,7 +54,8 @@ MISTRAL_7B = {  # sliding window on every layer, no layer_types
 
 # fp8_block_size: the catalog records the block size of the published fp8 checkpoint, also for models whose
 # own config is bf16 (Qwen3); the importer reads it from an fp8 config only (tested below)
-ARCH_FIELDS_SKIPPED = {"id", "name", "published", "max_context_tokens", "fp8_block_size"}
+# mtp_acceptance: a published measurement of the MTP module's acceptance, like `published`, not part of config.json
+ARCH_FIELDS_SKIPPED = {"id", "name", "published", "max_context_tokens", "fp8_block_size", "mtp_acceptance"}
 
 
 @pytest.mark.parametrize("config, catalog_id", [

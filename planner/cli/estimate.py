@@ -11,6 +11,8 @@ from planner.cli.common import (
     resolve_problem_path,
     write_json,
 )
+from pydantic import ValidationError
+
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.hardware.catalog import HardwareCatalog, load_hardware_catalog
 from planner.model.catalog import load_model_catalog
@@ -20,8 +22,9 @@ from planner.physics.deployment import Layout, layout_issues, quantization_issue
 from planner.physics.estimate import estimate
 from planner.physics.inputs import DEFAULT_PREFILL_CHUNK_TOKENS, DeploymentInputs
 from planner.physics.kv_cache import cache_use, tiers_for
-from planner.problem.resolve import resolve_precisions, resolve_problem
-from planner.problem.schema import PrecisionSpec, load_problem
+from planner.physics.speculation import Speculation
+from planner.problem.resolve import SpeculativeRequest, resolve_precisions, resolve_problem, resolve_speculative
+from planner.problem.schema import PrecisionSpec, SpeculativeSpec, load_problem
 
 __all__ = ["estimate_command", "estimate_inputs"]
 
@@ -41,6 +44,7 @@ class _Defaults:
     osl: int = 256
     cache_request: object = None
     engine: Engine = Engine.TRTLLM
+    speculative: SpeculativeRequest | None = None
 
 
 def _defaults(args: argparse.Namespace) -> _Defaults:
@@ -54,7 +58,34 @@ def _defaults(args: argparse.Namespace) -> _Defaults:
     workload = resolved.workloads[names.index(args.workload)] if args.workload in names else resolved.workloads[0]
     model = resolved.models[workload.model_key]
     return _Defaults(resolved.hardware, model.arch, model.precisions, resolved.rack_counts[0][0].id,
-                     workload.input_tokens, workload.output_tokens, workload.prefix_cache, resolved.problem.engine)
+                     workload.input_tokens, workload.output_tokens, workload.prefix_cache, resolved.problem.engine, workload.speculative)
+
+
+_FLAG_OF_SPECULATIVE_FIELD = {"acceptance_rates": "--acceptance", "acceptance_length": "--acceptance-length"}
+
+
+def _speculation(args: argparse.Namespace, arch, request: SpeculativeRequest | None) -> Speculation | None:
+    """The replica's speculative decoding from the flags, else the problem workload's fixed number of
+    draft tokens (its `auto` needs --speculative-tokens here)."""
+    role = ServingRole(args.role)
+    if args.speculative_tokens is None:
+        if args.acceptance is not None or args.acceptance_length is not None:
+            raise PlannerInputError(InputIssue("--acceptance", "acceptance without draft tokens", "add --speculative-tokens K"))
+        return request.speculation(request.draft_tokens or 0, role) if request is not None and request.draft_tokens else None
+    if args.speculative_tokens == 0:
+        return None
+    try:
+        spec = SpeculativeSpec(draft_tokens=args.speculative_tokens, acceptance_rates=args.acceptance, acceptance_length=args.acceptance_length)
+    except ValidationError as exc:
+        problem = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        what, _, fix = problem.partition("\n    fix: ")
+        raise PlannerInputError(InputIssue("--speculative-tokens", what, fix or "check the acceptance flags")) from None
+    try:
+        resolved = resolve_speculative(spec, arch, "--speculative-tokens")
+    except PlannerInputError as exc:
+        raise PlannerInputError([InputIssue(_FLAG_OF_SPECULATIVE_FIELD.get(i.field.rsplit(".", 1)[-1], "--speculative-tokens"), i.problem, i.fix)
+                                 for i in exc.issues]) from None
+    return resolved.speculation(args.speculative_tokens, role)
 
 
 def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
@@ -112,6 +143,7 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         role=ServingRole(args.role), prefix_cache=cache, engine=Engine(args.engine or d.engine), step_model=StepModel(args.step_model),
         redundant_experts=args.redundant_experts if layout.ep > 1 else 0, expert_imbalance=args.expert_imbalance,
         expert_routing=args.expert_routing or ("balanced" if args.expert_imbalance > 1.0 else None),
+        speculative=_speculation(args, arch, d.speculative if arch is d.arch else None),
     )
 
 

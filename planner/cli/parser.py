@@ -7,6 +7,7 @@ import math
 from planner import __version__
 from planner.limits import (
     MAX_BATCH_PER_REPLICA,
+    MAX_DRAFT_TOKENS,
     MAX_CURVE_POINTS,
     MAX_FRONTIER_POINTS,
     MAX_INPUT_TOKENS,
@@ -29,7 +30,7 @@ from planner.modes import (
 )
 from planner.precision import Precision
 
-__all__ = ["bounded", "build_parser", "positive", "rl_factor"]
+__all__ = ["acceptance_rates", "bounded", "build_parser", "positive", "rl_factor"]
 
 
 def bounded(kind: type, low: float, high: float, *, exclusive_low: bool = False) -> object:
@@ -54,6 +55,15 @@ def bounded(kind: type, low: float, high: float, *, exclusive_low: bool = False)
 def positive(kind: type, high: float = 1e15) -> object:
     """argparse type: a finite number of `kind` greater than zero and at most `high`."""
     return bounded(kind, 0, high, exclusive_low=True)
+
+
+def acceptance_rates(text: str) -> list[float]:
+    """argparse type: comma-separated acceptance rates, each in (0, 1], at most MAX_DRAFT_TOKENS."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    share = bounded(float, 0.0, 1.0, exclusive_low=True)
+    if not parts or len(parts) > MAX_DRAFT_TOKENS:
+        raise argparse.ArgumentTypeError(f"give 1 to {MAX_DRAFT_TOKENS} comma-separated rates, e.g. 0.9,0.7,0.4, got {text!r}")
+    return [share(part) for part in parts]
 
 
 def rl_factor(text: str) -> float:
@@ -101,6 +111,14 @@ def _add_estimate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefill-chunk", type=bounded(int, 64, MAX_PREFILL_CHUNK_TOKENS), help="tokens per prefill forward pass (default: the planner's chunked-prefill budget)")
     p.add_argument("--role", choices=[r.value for r in ServingRole], default=ServingRole.AGGREGATED.value,
                    help="aggregated (prefill rides in the decode steps, default), or one replica of a prefill or decode pool")
+    p.add_argument("--speculative-tokens", type=bounded(int, 0, MAX_DRAFT_TOKENS), metavar="K",
+                   help="speculative decoding with the model's MTP modules: draft tokens each step verifies (default 0, or the "
+                        "problem workload's fixed number)")
+    p.add_argument("--acceptance", type=acceptance_rates, metavar="A1,A2,...",
+                   help="with --speculative-tokens: acceptance per draft position on your data, e.g. 0.9,0.7,0.4 (default: the "
+                        "model catalog's published rates)")
+    p.add_argument("--acceptance-length", type=bounded(float, 1.0, 1.0 + MAX_DRAFT_TOKENS), metavar="L",
+                   help="with --speculative-tokens: the measured mean tokens a step emits per sequence, instead of --acceptance")
     p.add_argument("--cache-tier", metavar="TIER",
                    help="with a problem whose workload declares prefix_cache: the KV tier its cached prefixes wait in "
                         "(hbm, host-dram, local-flash, remote-storage; default: the problem's tier unless it is auto)")

@@ -21,12 +21,14 @@ __all__ = [
     "ModelArch",
     "ParamCounts",
     "PublishedCounts",
+    "DraftAcceptance",
     "attention_flops_per_context_token",
     "kv_bytes_per_sequence",
     "kv_bytes_per_token",
     "kv_bytes_per_token_per_layer",
     "layer_params",
     "layer_windows",
+    "mtp_module_params",
     "param_counts",
 ]
 
@@ -83,6 +85,15 @@ class PublishedCounts:
 
 
 @dataclass(frozen=True)
+class DraftAcceptance:
+    """Published acceptance of a model's own draft (its next-token-prediction modules): the chance
+    that the draft's i-th token is accepted given that the ones before it were, per position."""
+
+    rates: tuple[float, ...]
+    source: str
+
+
+@dataclass(frozen=True)
 class ModelArch:
     """A decoder-only transformer, dense or mixture-of-experts."""
 
@@ -102,6 +113,8 @@ class ModelArch:
     native_expert_weights_precision: Precision | None = None
     fp8_block_size: int = 0  # fp8 checkpoints quantised in square blocks of this many values (0: per tensor or none)
     published: PublishedCounts | None = None
+    mtp_layers: int = 0  # multi-token-prediction modules the checkpoint ships (config num_nextn_predict_layers)
+    mtp_acceptance: DraftAcceptance | None = None  # their published acceptance, the default of speculative decoding
 
     @property
     def is_moe(self) -> bool:
@@ -174,6 +187,17 @@ def layer_params(arch: ModelArch) -> LayerParams:
     else:
         dense += dense_mlp
     return LayerParams(np.full(arch.n_layers, float(attention)), dense, routed_total, routed_active)
+
+
+def mtp_module_params(arch: ModelArch) -> float:
+    """Parameters of one multi-token-prediction module (DeepSeek-V3 technical report, section 2.2): a
+    transformer block like the model's last layer, the projection M that joins the previous hidden
+    state and the next token's embedding (2d x d), and the RMSNorms of both inputs and of its output.
+    Its embedding and output head are the main model's (shared). DeepSeek-V3: 11.6B; its checkpoint's
+    14B adds a copy of the embedding and the head (0.93B each)."""
+    per_layer = layer_params(arch)
+    d = arch.hidden_size
+    return float(per_layer.dense[-1] + per_layer.routed_total[-1]) + 2 * d * d + 3 * d
 
 
 @dataclass(frozen=True)

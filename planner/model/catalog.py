@@ -16,6 +16,7 @@ from planner.errors import (
 from planner.model.architecture import (
     Attention,
     AttentionKind,
+    DraftAcceptance,
     ModelArch,
     MoE,
     PublishedCounts,
@@ -113,6 +114,23 @@ class PublishedSpec(EdgeModel):
     source: str = Field(description="where the figures come from")
 
 
+class MTPSpec(EdgeModel):
+    """The model's multi-token-prediction (next-n) modules, which engines run as the draft of
+    speculative decoding, and their published acceptance."""
+
+    layers: PositiveInt = Field(description="modules the checkpoint ships (config num_nextn_predict_layers)")
+    acceptance_rates: list[Annotated[float, Field(gt=0, le=1)]] | None = Field(
+        default=None, min_length=1, max_length=16,
+        description="chance that draft token i is accepted given the ones before it were, per position (a published measurement)")
+    acceptance_source: str | None = Field(default=None, description="where the acceptance rates come from")
+
+    @model_validator(mode="after")
+    def _sourced(self) -> "MTPSpec":
+        if self.acceptance_rates is not None and not self.acceptance_source:
+            raise ValueError("acceptance_rates need acceptance_source\n    fix: name the measurement they come from")
+        return self
+
+
 class ModelSpec(EdgeModel):
     """A model architecture as written in `models/*.yaml` or inline in a problem file."""
 
@@ -137,6 +155,7 @@ class ModelSpec(EdgeModel):
     fp8_block_size: int = Field(default=0, ge=0, description="weight_block_size of the published fp8 checkpoint's quantization_config "
                                 "(128 for DeepSeek-style block scaling; 0 for per-tensor scales or none)")
     published: PublishedSpec | None = Field(default=None, description="the authors' parameter counts, to check ours against")
+    mtp: MTPSpec | None = Field(default=None, description="multi-token-prediction modules (speculative decoding's draft); omit for none")
     sources: dict[str, str] = Field(default_factory=dict, description="where the numbers come from")
 
     @model_validator(mode="after")
@@ -220,6 +239,9 @@ def arch_from_spec(spec: ModelSpec) -> ModelArch:
         native_expert_weights_precision=spec.native_expert_weights_precision,
         fp8_block_size=spec.fp8_block_size,
         published=published,
+        mtp_layers=spec.mtp.layers if spec.mtp else 0,
+        mtp_acceptance=DraftAcceptance(tuple(spec.mtp.acceptance_rates), spec.mtp.acceptance_source)
+        if spec.mtp and spec.mtp.acceptance_rates else None,
     )
 
 

@@ -168,6 +168,7 @@ def spec_from_hf_config(config: Mapping[str, Any], model_id: str, name: str | No
         "attention_window": _window(cfg, model_type, n_layers, path),
         "max_context_tokens": cfg.get("max_position_embeddings") or 4096,
         "sources": {"architecture": path},
+        "mtp": {"layers": cfg["num_nextn_predict_layers"]} if cfg.get("num_nextn_predict_layers") else None,
         **_native_precisions(cfg),
     }
     try:

@@ -28,7 +28,7 @@ from planner.output.launch import (
 from planner.precision import Precision, bytes_per_value
 from planner.units import GB
 
-__all__ = ["ENGINE_VERSIONS", "Checkpoint", "ENGINE_BUILDERS", "Ports", "checkpoint", "hosts_of", "replicas_of"]
+__all__ = ["ENGINE_VERSIONS", "Checkpoint", "ENGINE_BUILDERS", "Ports", "checkpoint", "draft_tokens", "hosts_of", "replicas_of"]
 
 # The engine releases whose parsers the flags were checked against (planner/output/engine_flags/).
 ENGINE_VERSIONS = {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23 (router: sglang-router 0.3.2)",
@@ -137,6 +137,23 @@ def load_time_note(d: dict, index: int, ckpt: Checkpoint, engine: str) -> str | 
             f"serve a pre-quantized {ckpt.online_quantization} checkpoint instead")
 
 
+def draft_tokens(record: dict, d: dict, index: int, script: LaunchScript) -> int:
+    """Draft tokens the deployment's servers verify per step (0: no speculative decoding), with a NOTE
+    of the acceptance the plan assumed. A prefill deployment runs the draft with its decode side's
+    number (engines need the same speculative settings on both sides of a disaggregated pair)."""
+    spec = d.get("speculative") or {}
+    k = int(spec.get("draft_tokens", 0))
+    if spec and d.get("role") == "prefill":
+        k = max((int((o.get("speculative") or {}).get("draft_tokens", 0)) for o in record["deployments"]
+                 if o["workload"] == d["workload"] and o.get("role") == "decode"), default=0)
+    elif k:
+        script.notes.append(f"deployment {index}: speculative decoding with {k} MTP draft tokens per step; the plan assumes "
+                            f"{float(spec.get('accepted_tokens_per_step', 1)):.3g} tokens accepted per step "
+                            f"({spec.get('acceptance_source') or 'the workload acceptance'}); compare the engine's logged acceptance "
+                            "length and re-plan with the workload's own acceptance if it differs")
+    return k
+
+
 def _visible(vendor: str, host: Host) -> Word:
     variable = "HIP_VISIBLE_DEVICES" if vendor == "AMD" else "CUDA_VISIBLE_DEVICES"
     return word(f"{variable}={','.join(map(str, host.local_indices))}")
@@ -180,6 +197,8 @@ def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports)
                     ("--trust-remote-code", ckpt.trust_remote_code), ("--enable-expert-parallel", ep > 1),
                     ("--enable-eplb", _redundant(d) > 0),
                     ("--eplb-config", json.dumps({"num_redundant_experts": _redundant(d)}) if _redundant(d) else None))
+    if k := draft_tokens(record, d, index, script):  # `mtp` replaces the deprecated `deepseek_mtp` (vllm/config/speculative.py)
+        common += _flags(("--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": k})))
     if role != "aggregated":  # vLLM docs/features/nixl_connector_usage.md
         kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
         common += _flags(("--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role})))
@@ -237,6 +256,9 @@ def _sglang(record: dict, d: dict, index: int, script: LaunchScript, ports: Port
                     ("--ep-num-redundant-experts", _redundant(d) or None),
                     ("--disaggregation-mode", role if role != "aggregated" else None),
                     ("--disaggregation-transfer-backend", "nixl" if role != "aggregated" else None))
+    if k := draft_tokens(record, d, index, script):  # the NextN layer drafts a chain: EAGLE (NEXTN is its alias), top-1
+        common += _flags(("--speculative-algorithm", "EAGLE"), ("--speculative-num-steps", k), ("--speculative-eagle-topk", 1),
+                         ("--speculative-num-draft-tokens", k + 1))
     for r, roles in enumerate(replicas_of(d)):
         hosts = hosts_of(record, roles)
         head, port = hosts[0].name, ports.take(hosts[0].name, API_PORT)
@@ -264,6 +286,8 @@ def _trtllm_options(record: dict, d: dict, index: int, script: LaunchScript) -> 
         extra += ["cache_transceiver_config:", "  backend: UCX", f"  max_tokens_in_buffer: {_max_len(record, d)}"]
     if d["precisions"]["kv_cache"].startswith("fp8"):
         extra += ["kv_cache_config:", "  dtype: fp8"]
+    if k := draft_tokens(record, d, index, script):  # MTPDecodingConfig; max_draft_len replaces num_nextn_predict_layers
+        extra += ["speculative_config:", "  decoding_type: MTP", f"  max_draft_len: {k}"]
     if d.get("expert_map"):
         balancer = safe_file_name(f"moe_load_balancer_{d['workload']}_{index}.yaml")
         emap = d["expert_map"]

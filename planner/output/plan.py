@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error
-from planner.limits import MAX_BATCH_PER_REPLICA, MAX_PARALLEL_DEGREE, MAX_REPLICAS
+from planner.limits import MAX_BATCH_PER_REPLICA, MAX_DRAFT_TOKENS, MAX_PARALLEL_DEGREE, MAX_REPLICAS
 from planner.modes import Engine, ServingRole
 from planner.precision import Precision
 
@@ -74,6 +74,15 @@ class ExpertMap(_Strict):
     physical_to_logical_map: list[list[NonNegativeInt]]
 
 
+class SpeculativeRecord(BaseModel):
+    """A deployment's speculative decoding (its figures are kept as written; `check` recomputes them)."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    method: Literal["mtp"]
+    draft_tokens: Annotated[int, Field(ge=0, le=MAX_DRAFT_TOKENS, strict=True)]
+
+
 class PlanDeployment(BaseModel):
     """One deployment: a layout of one model on one rack type, its replicas and where they run."""
 
@@ -97,6 +106,7 @@ class PlanDeployment(BaseModel):
     precisions: dict[Literal["weights", "expert_weights", "kv_cache", "activations", "compute"], Precision]
     placement: list[PlacedAccelerator] = []
     expert_map: ExpertMap | None = None
+    speculative: SpeculativeRecord | None = None
 
 
 class RackInstance(_Strict):

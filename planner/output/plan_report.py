@@ -190,7 +190,7 @@ def _plan_table(result: SolveResult) -> Table:
         table.add_column(name, justify="left" if name in ("workload", "rack", "layout", "binds", "dominant") else "right")
     for d in result.deployments:
         c, e = d.candidate, d.estimate
-        layout = c.layout.describe().split(" = ")[0]
+        layout = c.layout.describe().split(" = ")[0] + (f" + MTP{c.draft_tokens}" if c.draft_tokens else "")
         if c.role is ServingRole.PREFILL:
             table.add_row(c.workload, c.rack_id, f"prefill: {layout}", "-", str(d.replicas), str(d.accelerators), "-",
                           format_seconds(e.ttft_s), f"in {format_rate(d.replicas * c.input_tokens_per_s)}", format_usd(d.usd_per_hour),

@@ -43,7 +43,19 @@ def _layout_record(e: Estimate) -> dict:
         "precisions": {"weights": str(prec.weights), "expert_weights": str(prec.expert_weights or prec.weights),
                        "kv_cache": str(prec.kv_cache), "activations": str(prec.activations), "compute": str(prec.compute)},
         "role": str(inp.role),
+        "speculative": _speculative_record(e),
     }
+
+
+def _speculative_record(e: Estimate) -> dict | None:
+    """Speculative decoding: draft tokens per step, acceptance, tokens a step emits and the step itself."""
+    spec = e.inputs.speculative
+    if spec is None:
+        return None
+    return {"method": spec.method, "draft_tokens": spec.draft_tokens,
+            "acceptance_rates": list(spec.acceptance_rates[:spec.draft_tokens]) if spec.accepted_tokens is None else None,
+            "accepted_tokens_per_step": spec.tokens_per_step, "acceptance_source": spec.source or None,
+            "step_time_s": e.stage_time_s * e.inputs.layout.pp}
 
 
 def _figures_record(e: Estimate) -> dict:
@@ -162,6 +174,11 @@ def _render_steps(e: Estimate, console: Console) -> None:
                       "replica (`planner solve` costs that hand-off and the decode join).")
     else:
         console.print(_step_table("Decode replica: pure decode step, time per output token (all pipeline stages)", e.decode_step))
+    spec = inp.speculative
+    if spec is not None and spec.draft_tokens and inp.role is not ServingRole.PREFILL:
+        console.print(f"Speculative decoding (MTP, {spec.draft_tokens} draft token{'s' if spec.draft_tokens > 1 else ''}): a step of "
+                      f"{format_seconds(e.stage_time_s * inp.layout.pp)} verifies {spec.queries} tokens per sequence and emits "
+                      f"{spec.tokens_per_step:.3g} on average, so the terms above are per output token (step / {spec.tokens_per_step:.3g}).")
     if e.roofline is not None:
         basis = f"derived rates, {inp.engine}'s kernels on {e.kernel_source.split(' (')[0].removeprefix('derived from ')}" \
             if e.kernel_source.startswith("derived") else f"{inp.engine}"

@@ -90,7 +90,21 @@ def _inputs(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]
                             precisions, resolved.hardware.overheads, options.overlap, options.prefill_chunk_tokens, (),
                             imbalance, redundant, role, _cache(w, d, rack, where, out), resolved.problem.engine, options.step_model,
                             expert_routing="balanced" if model.expert_loads is not None else None,  # as the solver evaluates it
-                            expert_groups_local=local)
+                            expert_groups_local=local, speculative=_speculative(w, d, role, where, out))
+
+
+def _speculative(w, d: dict, role: ServingRole, where: str, out: list[Violation]):
+    """The deployment's speculative decoding, re-derived from its workload: the plan names only its draft tokens."""
+    record = d.get("speculative") or {}
+    k = int(record.get("draft_tokens", 0))
+    request = w.speculative
+    if request is None:
+        if record:
+            out.append(Violation(f"{where}.speculative", f"workload {w.name} does not ask for speculative decoding"))
+        return None
+    if role is not ServingRole.PREFILL and k not in request.options:
+        out.append(Violation(f"{where}.speculative.draft_tokens", f"{k} draft tokens; workload {w.name} allows {list(request.options)}"))
+    return request.speculation(k, role)
 
 
 def _groups_local(arch, layout: Layout, rack, emap: dict | None) -> bool:

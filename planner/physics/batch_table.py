@@ -25,6 +25,7 @@ from planner.physics.first_token import (
     decode_first_token,
     prefill_first_token,
 )
+from planner.physics.draft import draft_memory, prefill_with_draft, speculative_decode_terms
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.kv_cache import cached_bytes
 from planner.physics.links import ReplicaLinks, default_replica_links, effective_links
@@ -34,10 +35,9 @@ from planner.physics.memory import (
     kv_shard_fraction,
     weight_bytes_per_accelerator,
 )
-from planner.physics.prefill import PrefillPass, packed_prompts, prefill_pass
+from planner.physics.prefill import PrefillPass, packed_prompts
 from planner.physics.roofline import StepTime, step_total_s
 from planner.physics.stages import Stages, stages
-from planner.physics.step import decode_terms
 from planner.physics.step_parts import StepContext, StepTerms
 
 __all__ = ["PAGED_KV_HEADROOM", "BatchTable", "FixedParts", "evaluate_batches", "fixed_parts", "kv_reservation", "step_context"]
@@ -75,7 +75,9 @@ def _memory_per_stage(inp: DeploymentInputs, st: Stages) -> tuple[np.ndarray, np
     weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params * inp.expert_slot_factor,
                                            lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
     max_context, _ = kv_reservation(inp)
-    return weights, st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes))
+    kv = st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes))
+    draft_weights, draft_kv = draft_memory(inp, max_context)  # the MTP module sits on the last stage
+    return weights + np.where(st.is_last, draft_weights, 0.0), kv + np.where(st.is_last, draft_kv, 0.0)
 
 
 def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chunk: np.ndarray, batches: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -86,7 +88,7 @@ def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chu
     per_rank = (batches / lay.dp_attn)[:, None]
     weights = per_stage[0] * np.ones_like(per_rank)
     kv = kv_bytes_per_accelerator(per_rank, per_stage[1], kv_shard_fraction(arch, lay.tp))
-    micro_per_rank = per_rank / lay.pp
+    micro_per_rank = per_rank / lay.pp * inp.step_queries  # a speculative step runs 1 + k tokens per sequence
     tokens = np.maximum(micro_per_rank, np.asarray(chunk, dtype=float)[:, None])
     mlp_width = arch.dense_intermediate_size
     dispatch = 0.0 * tokens
@@ -110,9 +112,10 @@ def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chu
 class BatchTable:
     """One layout evaluated at several batch sizes; arrays of shape (n_batches,).
 
-    Step-time terms are those of the slowest pipeline stage, multiplied by the number of stages
-    (they sum to TPOT under the combination rule); a prefill replica's `serving_step` is one prefill
-    pass through its slowest stage."""
+    Step-time terms are those of the slowest pipeline stage, multiplied by the number of stages and
+    divided by the tokens a step emits per sequence (they sum to TPOT under the combination rule); a
+    prefill replica's `serving_step` is one prefill pass through its slowest stage. `stage_time_s` is
+    the whole step (the cycle requests wait for)."""
 
     batches: np.ndarray
     compute_s: np.ndarray  # pure decode step terms (what a decode token costs alone)
@@ -170,6 +173,7 @@ class BatchTable:
     input_tokens: int
     output_tokens: int
     role: ServingRole = ServingRole.AGGREGATED
+    tokens_per_step: float = 1.0  # output tokens a decode step emits per sequence (speculative decoding's accepted length)
 
     def rows(self, index: np.ndarray) -> "BatchTable":
         """The table at the batches `index` picks: each batch's row depends on that batch alone."""
@@ -252,12 +256,13 @@ def _decode_steps(ctx: StepContext, batches: np.ndarray) -> DecodeSteps:
     inp, lay = ctx.inp, ctx.inp.layout
     zero = np.zeros_like(batches)
     if inp.role is not ServingRole.AGGREGATED:
-        decode, touch = decode_terms(ctx, batches)
+        decode, touch = speculative_decode_terms(ctx, batches)
         return DecodeSteps(decode, touch, None, None, zero, 0.0)
-    riders = batches / lay.pp * inp.prefilled_tokens / inp.output_tokens
+    # prompts arrive at the pace of the output: a step emits tokens_per_step tokens per sequence
+    riders = batches / lay.pp * inp.prefilled_tokens / inp.output_tokens * inp.tokens_per_step
     own = float(min(inp.input_tokens, inp.prefill_chunk_tokens))  # a miss: its whole prompt, or the budget's chunk of it
-    stacked, touch = decode_terms(ctx, np.concatenate([batches] * 3), np.concatenate([zero, riders, riders]),
-                                  np.concatenate([zero, zero, zero + own]))
+    stacked, touch = speculative_decode_terms(ctx, np.concatenate([batches] * 3), np.concatenate([zero, riders, riders]),
+                                              np.concatenate([zero, zero, zero + own]))
     pure, mixed, carrying = _split(stacked, 3)
     return DecodeSteps(pure, touch[:len(batches)], mixed, carrying, riders, own)
 
@@ -296,7 +301,7 @@ def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Fix
     lay = inp.layout
     ctx = step_context(inp, links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s))
     model = StepModel.CALIBRATED if ctx.calibrated else StepModel.ROOFLINE
-    pf = prefill_pass(ctx, np.array([float(max(packed_prompts(inp.input_tokens, inp.prefill_chunk_tokens), 1))]))
+    pf = prefill_with_draft(ctx, np.array([float(max(packed_prompts(inp.input_tokens, inp.prefill_chunk_tokens), 1))]))
     prefill_step = _slowest_step(pf.terms, inp, model)
     return FixedParts(ctx, model, pf, prefill_step, float(pf.tokens[0]) * lay.dp_attn / prefill_step.total_s,
                       _memory_per_stage(inp, ctx.st))
@@ -316,7 +321,7 @@ def _role_step(ctx: StepContext, fixed: FixedParts, steps: DecodeSteps, batches:
     inp, lay, pf = ctx.inp, ctx.inp.layout, fixed.pf
     full = np.full_like(batches, float(pf.tokens[0]))
     if inp.role is ServingRole.PREFILL:
-        passes = prefill_pass(ctx, batches / (lay.pp * lay.dp_attn))
+        passes = prefill_with_draft(ctx, batches / (lay.pp * lay.dp_attn))
         return _RoleStep(passes.terms, None, passes.tokens, passes.passes_per_prompt)
     if inp.role is ServingRole.DECODE:
         return _RoleStep(steps.pure, None, full, pf.passes_per_prompt)
@@ -347,7 +352,8 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     steps = _decode_steps(ctx, batches)
     decode_totals = _totals(steps.pure, inp, model)
     decode_slowest = np.argmax(decode_totals, axis=1)
-    decode_tpot = lay.pp * decode_totals[rows, decode_slowest]
+    per_token = lay.pp / inp.tokens_per_step  # a round of every stage emits tokens_per_step tokens per sequence
+    decode_tpot = per_token * decode_totals[rows, decode_slowest]
     role = _role_step(ctx, fixed, steps, batches)
     totals = _totals(role.serving, inp, model)
     slowest = np.argmax(totals, axis=1)
@@ -355,14 +361,14 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     low, high = role.serving.low_ratio[rows, slowest], role.serving.high_ratio[rows, slowest]
     prefill = inp.role is ServingRole.PREFILL
     tpot, tpot_low, tpot_high = ((decode_tpot, steps.pure.low_ratio[rows, decode_slowest], steps.pure.high_ratio[rows, decode_slowest])
-                                 if prefill else (lay.pp * stage_time, low, high))
+                                 if prefill else (per_token * stage_time, low, high))
     ttft, miss, hit = _first_token_of_role(inp, role, steps, stage_time, model)
     pass_rate = role.pass_tokens * lay.dp_attn / stage_time if prefill else np.full_like(batches, fixed.prefill_tokens_per_s)
     requests_per_s = pass_rate / inp.prefilled_tokens if prefill else batches / tpot / inp.output_tokens
     weights_bytes, kv_bytes, activations_bytes = _memory(inp, fixed.memory_per_stage, role.pass_tokens, batches)
     cache_bytes, cache_fits, storage, cache_in_hbm = _prompt_cache(inp, requests_per_s)
-    decode_at = lambda a: lay.pp * a[rows, decode_slowest]
-    serving_at = lambda a: (1 if prefill else lay.pp) * a[rows, slowest]  # a prefill replica's step: one pass
+    decode_at = lambda a: per_token * a[rows, decode_slowest]  # per output token: they sum to TPOT
+    serving_at = lambda a: (1 if prefill else per_token) * a[rows, slowest]  # a prefill replica's step: one pass
     return BatchTable(
         batches=batches, compute_s=decode_at(steps.pure.compute), weights_s=decode_at(steps.pure.weights),
         kv_s=decode_at(steps.pure.kv), comm_s=decode_at(steps.pure.comm), overhead_s=decode_at(steps.pure.overhead),
@@ -377,5 +383,5 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
         weights_bytes=weights_bytes, kv_bytes=kv_bytes, activations_bytes=activations_bytes, capacity_bytes=accel.hbm_capacity_bytes,
         prefill_step=fixed.prefill_step, prefill_tokens_per_s=fixed.prefill_tokens_per_s, flops_per_s=ctx.flops_per_s,
         hbm_bandwidth_bytes_per_s=ctx.hbm_bytes_per_s, step_model=model, kernel_source=ctx.rates.source if ctx.calibrated else "",
-        input_tokens=inp.input_tokens, output_tokens=inp.output_tokens, role=inp.role,
+        input_tokens=inp.input_tokens, output_tokens=inp.output_tokens, role=inp.role, tokens_per_step=inp.tokens_per_step,
     )

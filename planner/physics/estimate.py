@@ -17,6 +17,7 @@ from planner.physics.batch_table import (
 )
 from planner.physics.first_token import TTFT_QUANTILE
 from planner.physics.cost import usd_per_million_tokens
+from planner.physics.draft import speculative_note
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.links import ReplicaLinks, default_replica_links
 from planner.physics.memory import MemoryUse
@@ -199,6 +200,8 @@ def _assumptions(inp: DeploymentInputs, t: BatchTable, links: ReplicaLinks) -> t
         f"{links.latency_s / US:.0f} us fixed latency each"),
     ]
     notes.extend(inp.notes)
+    if (spec := speculative_note(inp)) is not None:
+        notes.append(spec)
     if inp.prefix_cache is not None and inp.role is not ServingRole.DECODE:
         c = inp.prefix_cache
         notes.append(f"prompt cache: {c.hit_rate:.0%} of requests find their first {c.prefix_tokens} tokens in {c.tier.name}, kept "

@@ -8,6 +8,7 @@ from planner.model.architecture import ModelArch
 from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
 from planner.physics.deployment import Layout, Precisions
 from planner.physics.kv_cache import CacheUse
+from planner.physics.speculation import Speculation
 
 __all__ = ["DEFAULT_PREFILL_CHUNK_TOKENS", "DeploymentInputs", "expert_slots"]
 
@@ -51,6 +52,17 @@ class DeploymentInputs:
     # each expert group inside one scale-up domain (engines' default contiguous placement is, when the
     # groups split evenly over the domains); False: a token's experts may sit in any domain
     expert_groups_local: bool = True
+    speculative: Speculation | None = None  # speculative decoding with the model's MTP modules as the draft (None: off)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean output tokens a decode step emits per sequence (1 without speculative decoding)."""
+        return self.speculative.tokens_per_step if self.speculative is not None else 1.0
+
+    @property
+    def step_queries(self) -> int:
+        """Tokens each sequence runs through a decode step of the main model (1 + the draft tokens)."""
+        return self.speculative.queries if self.speculative is not None else 1
 
     @property
     def routing(self) -> str:

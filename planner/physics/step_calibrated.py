@@ -160,18 +160,19 @@ def combine(classes: list[KernelTime], comm: np.ndarray, comm_spread: Spread) ->
 
 
 def calibrated_decode(ctx: StepContext, micro_batch: np.ndarray, per_rank: np.ndarray, extra: np.ndarray,
-                      rank_extra: np.ndarray) -> tuple[StepTerms, np.ndarray]:
+                      rank_extra: np.ndarray, queries: float = 1.0) -> tuple[StepTerms, np.ndarray]:
     """A decode micro-batch step: `per_rank` sequences on each attention rank, `extra` prompt tokens
-    riding on the stage, `rank_extra` of them on the slowest attention rank (all (n, 1))."""
+    riding on the stage, `rank_extra` of them on the slowest attention rank (all (n, 1)); each
+    sequence runs `queries` tokens (1 + the draft tokens a speculative step verifies)."""
     inp, st = ctx.inp, ctx.st
     arch, lay = inp.arch, inp.layout
-    tokens_rank = per_rank + rank_extra
-    classes, touch = gemm_classes(ctx, tokens_rank, micro_batch + extra)
+    tokens_rank = per_rank * queries + rank_extra
+    classes, touch = gemm_classes(ctx, tokens_rank, micro_batch * queries + extra)
     mla = arch.attention.kind is AttentionKind.MLA
     curve = ctx.rates.decode_attention_curve(str(inp.precisions.kv_cache if inp.precisions.kv_cache is not Precision.FP16 else "bf16"), mla)
     heads = arch.attention.n_heads / lay.tp
-    classes.append(decode_attention_kernel(curve, decode_kv_bytes(ctx, per_rank), per_rank * heads, st.n_layers,
+    classes.append(decode_attention_kernel(curve, decode_kv_bytes(ctx, per_rank), per_rank * heads * queries, st.n_layers,
                                            inp.rack.accelerator.hbm_bandwidth_bytes_per_s))
     classes.append(elementwise(ctx, tokens_rank))
-    comm, spread = calibrated_comm(ctx, tokens_rank, micro_batch + extra, "low_latency")
+    comm, spread = calibrated_comm(ctx, tokens_rank, micro_batch * queries + extra, "low_latency")
     return combine(classes, comm * np.ones_like(classes[0].total_s), spread), touch[:, 0]

@@ -1,7 +1,7 @@
 """A problem resolved against the catalogs: models, racks, workloads and precisions as frozen SI values
 (`resolve_problem` converts the file's friendly units once), expert loads and previous expert maps."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,7 @@ from planner.model.architecture import ModelArch
 from planner.model.catalog import arch_from_spec, load_model_catalog
 from planner.modes import ServingRole
 from planner.physics.deployment import Precisions
+from planner.physics.speculation import Speculation
 from planner.precision import Precision, flops_format
 from planner.problem.schema import (
     CatalogModelRef,
@@ -29,10 +30,12 @@ from planner.problem.schema import (
     ExpertLoadSpec,
     PrecisionSpec,
     Problem,
+    SpeculativeSpec,
 )
 from planner.units import MS, SECONDS_PER_MINUTE
 
-__all__ = ["PrefixCacheRequest", "ResolvedModel", "ResolvedProblem", "ResolvedWorkload", "resolve_precisions", "resolve_problem"]
+__all__ = ["PrefixCacheRequest", "ResolvedModel", "ResolvedProblem", "ResolvedWorkload", "SpeculativeRequest", "resolve_precisions",
+           "resolve_problem", "resolve_speculative"]
 
 # ---------------------------------------------------------------------------------------------
 # Resolution against the catalogs
@@ -56,6 +59,38 @@ class PrefixCacheRequest:
 
 
 @dataclass(frozen=True)
+class SpeculativeRequest:
+    """A workload's speculative decoding, resolved against its model: the draft tokens to use (None:
+    the solver picks among `options`) and the acceptance of this workload's data."""
+
+    draft_tokens: int | None
+    max_draft_tokens: int
+    acceptance_rates: tuple[float, ...]
+    accepted_tokens: float | None
+    source: str
+
+    @property
+    def options(self) -> tuple[int, ...]:
+        """Draft tokens a candidate may use: the fixed number, or 0 up to the most the rates cover."""
+        if self.draft_tokens is not None:
+            return (self.draft_tokens,)
+        return tuple(range(min(self.max_draft_tokens, len(self.acceptance_rates)) + 1))
+
+    def for_role(self, role: ServingRole) -> list[Speculation | None]:
+        """The speculative decoding of each candidate in `role`: one per option (a prefill replica: one)."""
+        return [self.speculation(0, role)] if role is ServingRole.PREFILL else [self.speculation(k, role) for k in self.options]
+
+    def speculation(self, draft_tokens: int, role: ServingRole) -> Speculation | None:
+        """A replica's speculative decoding at `draft_tokens` (None: off). A prefill replica loads the
+        draft module and runs it over the prompts whenever its decode side may speculate."""
+        if role is ServingRole.PREFILL:
+            return Speculation(0, source=self.source) if max(self.options) > 0 else None
+        if draft_tokens == 0:
+            return None
+        return Speculation(draft_tokens, self.acceptance_rates, self.accepted_tokens, self.source)
+
+
+@dataclass(frozen=True)
 class ResolvedWorkload:
     name: str
     model_key: str
@@ -66,6 +101,7 @@ class ResolvedWorkload:
     tpot_limit_s: float | None
     serving: str = "aggregated"  # aggregated | disaggregated | auto
     prefix_cache: "PrefixCacheRequest | None" = None
+    speculative: SpeculativeRequest | None = None
 
     @property
     def roles(self) -> tuple[ServingRole, ...]:
@@ -187,6 +223,7 @@ def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = 
                                                                     w.prefix_cache.tier),
         ))
         arch = models.get(key)
+        workloads[-1] = replace(workloads[-1], speculative=_workload_speculative(w.speculative, arch, f"workloads[{i}].speculative", issues))
         if arch is not None and w.input_tokens + w.output_tokens > arch.arch.max_context_tokens:
             issues.append(InputIssue(f"workloads[{i}]", f"{w.input_tokens} + {w.output_tokens} tokens exceed {arch.arch.id}'s "
                                      f"{arch.arch.max_context_tokens}-token context", "shorten the request or pick a longer-context model"))
@@ -195,6 +232,41 @@ def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = 
         raise PlannerInputError(issues, source)
     return ResolvedProblem(problem, hardware, models, tuple(workloads), tuple(rack_counts), unavailable, str(Path(base_dir).resolve()),
                            previous_expert_maps=previous)
+
+
+def _workload_speculative(spec: SpeculativeSpec | None, model: ResolvedModel | None, field_name: str,
+                          issues: list[InputIssue]) -> "SpeculativeRequest | None":
+    if spec is None or model is None:
+        return None
+    try:
+        return resolve_speculative(spec, model.arch, field_name)
+    except PlannerInputError as exc:
+        issues.extend(exc.issues)
+        return None
+
+
+def resolve_speculative(spec: SpeculativeSpec, arch: ModelArch, field_name: str) -> SpeculativeRequest | None:
+    """A workload's speculative decoding against its model: the model must ship MTP modules, and the
+    acceptance (the workload's, else the model's published rates) must cover the draft tokens."""
+    if spec.draft_tokens == 0:
+        return None
+    if arch.mtp_layers == 0:
+        raise PlannerInputError(InputIssue(field_name, f"{arch.id} has no multi-token-prediction layers (config num_nextn_predict_layers 0), "
+                                           "so it has no draft", "remove speculative, or serve a model that ships MTP modules "
+                                           "(deepseek-v3, deepseek-r1)"))
+    if spec.acceptance_rates is not None or spec.acceptance_length is not None:
+        rates, source = tuple(spec.acceptance_rates or ()), "the workload's acceptance"
+    elif arch.mtp_acceptance is not None:
+        rates, source = arch.mtp_acceptance.rates, arch.mtp_acceptance.source
+    else:
+        raise PlannerInputError(InputIssue(f"{field_name}.acceptance_rates", f"no published acceptance for {arch.id}'s MTP modules",
+                                           "give the acceptance measured on your data (acceptance_rates per position)"))
+    fixed = spec.draft_tokens if isinstance(spec.draft_tokens, int) else None
+    if fixed is not None and spec.acceptance_length is None and fixed > len(rates):
+        raise PlannerInputError(InputIssue(f"{field_name}.draft_tokens", f"{fixed} draft tokens, but the acceptance covers "
+                                           f"{len(rates)} position(s) ({source})",
+                                           f"lower draft_tokens to {len(rates)}, or give acceptance_rates for {fixed} positions"))
+    return SpeculativeRequest(fixed, spec.max_draft_tokens, rates, spec.acceptance_length, source)
 
 
 def _previous_expert_maps(path_text: str | None, base_dir: Path, models: dict[str, ResolvedModel],

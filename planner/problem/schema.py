@@ -28,6 +28,7 @@ from planner.limits import (
     MAX_BATCH_PER_REPLICA,
     MAX_DEMAND_OUTPUT_TOKENS_PER_S,
     MAX_DEMAND_REQUESTS_PER_S,
+    MAX_DRAFT_TOKENS,
     MAX_INPUT_TOKENS,
     MAX_LATENCY_LIMIT_MS,
     MAX_MODELS,
@@ -46,7 +47,7 @@ from planner.modes import Confidence, Engine, OverlapPolicy, ServingMode, StepMo
 from planner.precision import Precision
 from planner.schema import CatalogId, EdgeModel, Name
 
-__all__ = ["CatalogModelRef", "ClusterSpec", "ConfigJsonModelRef", "Demand", "ExpertLoadSpec", "InlineModelRef", "ModelRef", "Objective", "PlacementOptions", "PrecisionSpec", "PrefixCacheSpec", "Problem", "RackCount", "SolverOptions", "SyntheticLoad", "WorkloadSpec", "load_problem", "parse_problem", "problem_json_schema"]
+__all__ = ["CatalogModelRef", "ClusterSpec", "ConfigJsonModelRef", "Demand", "ExpertLoadSpec", "InlineModelRef", "ModelRef", "Objective", "PlacementOptions", "PrecisionSpec", "PrefixCacheSpec", "Problem", "SpeculativeSpec", "RackCount", "SolverOptions", "SyntheticLoad", "WorkloadSpec", "load_problem", "parse_problem", "problem_json_schema"]
 
 class Objective(StrEnum):
     MIN_COST = "min_cost"  # cheapest fleet for the demand (or cheapest cost per token without demand)
@@ -206,6 +207,41 @@ class PrefixCacheSpec(EdgeModel):
         return value
 
 
+class SpeculativeSpec(EdgeModel):
+    """Speculative decoding with the model's own multi-token-prediction (MTP) modules as the draft
+    (docs/step-model.md, "Speculative decoding"). Each step verifies 1 + draft_tokens tokens per
+    sequence and emits the accepted ones: faster per user at small batches, dearer per token where
+    the step is compute-bound."""
+
+    method: Literal["mtp"] = Field(default="mtp", description="mtp: the model's multi-token-prediction modules draft (DeepSeek-V3/R1)")
+    draft_tokens: Annotated[int, Field(ge=0, le=MAX_DRAFT_TOKENS)] | Literal["auto"] = Field(
+        default="auto", description="draft tokens each step verifies (0: off); auto: the solver picks 0..max_draft_tokens per candidate")
+    max_draft_tokens: int = Field(default=3, ge=1, le=MAX_DRAFT_TOKENS, description="with auto: the most draft tokens tried")
+    acceptance_rates: list[Annotated[float, Field(gt=0, le=1)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_DRAFT_TOKENS,
+        description="chance draft token i is accepted given the ones before it were, per position, for this workload's data "
+                    "(default: the model catalog's published rates)")
+    acceptance_length: float | None = Field(
+        default=None, ge=1, le=1 + MAX_DRAFT_TOKENS,
+        description="or: the mean tokens a step emits per sequence, measured at this draft_tokens (engines log it as the "
+                    "accept(ance) length)")
+
+    @model_validator(mode="after")
+    def _one_acceptance(self) -> "SpeculativeSpec":
+        if self.acceptance_rates is not None and self.acceptance_length is not None:
+            raise ValueError("give acceptance_rates or acceptance_length, not both\n    fix: keep one measure of acceptance")
+        if self.acceptance_length is not None and not isinstance(self.draft_tokens, int):
+            raise ValueError("acceptance_length is measured at one draft_tokens and cannot be extrapolated for auto\n"
+                             "    fix: set draft_tokens to the number it was measured with, or give acceptance_rates")
+        if self.acceptance_length is not None and self.acceptance_length > 1 + self.draft_tokens:
+            raise ValueError(f"acceptance_length {self.acceptance_length:g} exceeds 1 + draft_tokens = {1 + self.draft_tokens}\n"
+                             "    fix: a step emits at most its draft tokens plus one")
+        if isinstance(self.draft_tokens, int) and self.acceptance_rates is not None and len(self.acceptance_rates) < self.draft_tokens:
+            raise ValueError(f"{self.draft_tokens} draft tokens need {self.draft_tokens} acceptance_rates, {len(self.acceptance_rates)} given"
+                             "\n    fix: give one rate per draft position")
+        return self
+
+
 class WorkloadSpec(EdgeModel):
     name: Name = Field(description="workload name")
     model: str | None = Field(default=None, description="key of `models` (optional when there is one model)")
@@ -215,6 +251,8 @@ class WorkloadSpec(EdgeModel):
     ttft_limit_ms: float | None = Field(default=None, gt=0, le=MAX_LATENCY_LIMIT_MS, description="time-to-first-token limit, milliseconds, held at the 90th percentile of TTFT for Poisson arrivals at the plan's load (docs/step-model.md)")
     tpot_limit_ms: float | None = Field(default=None, gt=0, le=MAX_LATENCY_LIMIT_MS, description="time-per-output-token limit, milliseconds")
     prefix_cache: PrefixCacheSpec | None = Field(default=None, description="prompt caching (claim 9); omit for none")
+    speculative: SpeculativeSpec | None = Field(default=None, description="speculative decoding with the model's MTP modules; "
+                                                                      "omit for none")
     serving: ServingMode = Field(
         default=ServingMode.AGGREGATED, description="aggregated replicas (prefill rides in the decode steps), separate prefill and decode "
                                           "pools, or auto: the solver picks the cheaper and says by how much")

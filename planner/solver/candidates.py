@@ -116,6 +116,12 @@ class Candidate:
         return self.layout.n_accelerators
 
     @property
+    def draft_tokens(self) -> int:
+        """Draft tokens each decode step verifies (speculative decoding; 0: off)."""
+        spec = self.inputs.speculative if self.inputs is not None else None
+        return spec.draft_tokens if spec is not None else 0
+
+    @property
     def stage_size(self) -> int:
         return self.layout.stage_size
 
@@ -134,11 +140,12 @@ class Candidate:
     def sort_key(self) -> tuple:
         """Canonical order used to break ties deterministically."""
         return (self.role != ServingRole.AGGREGATED, str(self.role), self.rack_id, self.accelerators, self.layout.pp, -self.layout.tp,
-                self.layout.ep, self.batch)
+                self.layout.ep, self.batch, self.draft_tokens)
 
     def describe(self) -> str:
         role = "" if self.role is ServingRole.AGGREGATED else f"{self.role} "
-        return f"{role}{self.rack_id} {self.layout.describe()}, batch {self.batch}"
+        mtp = f", MTP {self.draft_tokens} draft tokens" if self.draft_tokens else ""
+        return f"{role}{self.rack_id} {self.layout.describe()}, batch {self.batch}{mtp}"
 
 
 def handoff_s(prefill: Candidate, decode: Candidate) -> float:
@@ -298,16 +305,19 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
 
 def _layout_candidates(base: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
                        notes: tuple[str, ...], handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, None]:
-    """One layout's candidates for `workload` in each role it allows, into `analysis`."""
-    reasons = []
+    """One layout's candidates for `workload` in each role it allows (and, with speculative decoding,
+    each number of draft tokens it allows), into `analysis`."""
+    reasons, tried = [], 0
     for role in workload.roles:
-        inp = base if base.role is role else replace(base, role=role)
-        found = yield from _cheapest_cache_option(inp, workload, settings, spans, notes, handoff, analysis)
-        if isinstance(found, str):
-            reasons.append(found)
-        else:
-            analysis.candidates.extend(found)
-    if len(reasons) == len(workload.roles):
+        for spec in [None] if workload.speculative is None else workload.speculative.for_role(role):
+            tried += 1
+            inp = replace(base, role=role, speculative=spec)
+            found = yield from _cheapest_cache_option(inp, workload, settings, spans, notes, handoff, analysis)
+            if isinstance(found, str):
+                reasons.append(found)
+            else:
+                analysis.candidates.extend(found)
+    if len(reasons) == tried:
         analysis.reject(reasons[0])
 
 

@@ -201,6 +201,12 @@ def _analyses_in_parallel(resolved: ResolvedProblem, settings: CandidateSettings
         _FORKED = None
 
 
+def _analysis_key(w, rack, max_accelerators: int | None) -> tuple:
+    """What a workload's analysis on a rack type depends on: workloads equal in all of it share one."""
+    return (w.model_key, rack.id, max_accelerators, w.input_tokens, w.output_tokens, w.tpot_limit_s, w.ttft_limit_s, w.serving,
+            w.prefix_cache, w.speculative)
+
+
 def _distinct_analyses(resolved: ResolvedProblem, settings: CandidateSettings, imbalance, workers: int,
                        progress: Callable[[str], None] | None) -> dict[tuple, RackAnalysis]:
     """Every distinct (model, rack, fleet size, lengths, limits) analysis, serially or over processes."""
@@ -208,7 +214,7 @@ def _distinct_analyses(resolved: ResolvedProblem, settings: CandidateSettings, i
     for w in resolved.workloads:
         for rack, count in resolved.rack_counts:
             max_accelerators = None if count is None else count * rack.n_accelerators
-            key = (w.model_key, rack.id, max_accelerators, w.input_tokens, w.output_tokens, w.tpot_limit_s, w.ttft_limit_s)
+            key = _analysis_key(w, rack, max_accelerators)
             if key not in seen:
                 seen.add(key)
                 jobs.append((key, w, rack, max_accelerators))
@@ -244,7 +250,7 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
     for w in resolved.workloads:
         for rack, count in resolved.rack_counts:
             max_accelerators = None if count is None else count * rack.n_accelerators
-            base = shared[(w.model_key, rack.id, max_accelerators, w.input_tokens, w.output_tokens, w.tpot_limit_s, w.ttft_limit_s)]
+            base = shared[_analysis_key(w, rack, max_accelerators)]
             analysis = RackAnalysis(**{**base.__dict__, "workload": w.name,
                                        "candidates": [_for_workload(c, w.name) for c in base.candidates]})
             analyses[(w.name, rack.id)] = analysis
