@@ -12,12 +12,12 @@ PlannerInputError with the field and the fix.
 from planner.errors import PlannerInputError, unknown_name_issue
 from planner.hardware.catalog import load_hardware_catalog
 from planner.model.catalog import load_model_catalog
-from planner.modes import Engine, OverlapPolicy, StepModel
+from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
 from planner.physics.deployment import Layout, layout_issues
 from planner.physics.estimate import Estimate, estimate
 from planner.physics.inputs import DeploymentInputs
-from planner.problem.resolve import resolve_precisions
-from planner.problem.schema import PrecisionSpec
+from planner.problem.resolve import resolve_precisions, resolve_speculative
+from planner.problem.schema import PrecisionSpec, SpeculativeSpec
 
 __all__ = ["evaluate", "inputs_for"]
 
@@ -25,8 +25,9 @@ __all__ = ["evaluate", "inputs_for"]
 def inputs_for(model: str, rack: str, batch: int, input_tokens: int, output_tokens: int, *, tp: int = 1, ep: int = 1, pp: int = 1,
                dp_attn: int | None = None, weights: str | None = None, kv_cache: str = "bf16", compute: str | None = None,
                overlap: OverlapPolicy = OverlapPolicy.SERIAL, engine: Engine = Engine.TRTLLM,
-               step_model: StepModel = StepModel.CALIBRATED) -> DeploymentInputs:
-    """The DeploymentInputs of one replica (see `evaluate`)."""
+               step_model: StepModel = StepModel.CALIBRATED, speculative_tokens: int = 0) -> DeploymentInputs:
+    """The DeploymentInputs of one replica (see `evaluate`); `speculative_tokens`: MTP draft tokens per
+    step, at the model catalog's published acceptance."""
     hardware, models = load_hardware_catalog(), load_model_catalog()
     if model not in models:
         raise PlannerInputError(unknown_name_issue("model", "model", model, models))
@@ -39,11 +40,13 @@ def inputs_for(model: str, rack: str, batch: int, input_tokens: int, output_toke
         raise PlannerInputError(issues)
     spec = PrecisionSpec(weights=weights, kv_cache=kv_cache, compute=compute)
     precisions, notes = resolve_precisions(spec, arch, rack_type.accelerator)
+    request = resolve_speculative(SpeculativeSpec(draft_tokens=speculative_tokens), arch, "speculative_tokens") if speculative_tokens else None
     return DeploymentInputs(arch, rack_type, layout, batch, input_tokens, output_tokens, precisions, hardware.overheads, overlap,
-                            notes=notes, engine=Engine(engine), step_model=StepModel(step_model))
+                            notes=notes, engine=Engine(engine), step_model=StepModel(step_model),
+                            speculative=request.speculation(speculative_tokens, ServingRole.AGGREGATED) if request else None)
 
 
 def evaluate(model: str, rack: str, batch: int, input_tokens: int, output_tokens: int, **layout_and_formats) -> Estimate:
     """Evaluate `model` on one replica of `rack`: keyword arguments tp, ep, pp, dp_attn, weights,
-    kv_cache, compute, overlap as in `inputs_for`."""
+    kv_cache, compute, overlap, speculative_tokens as in `inputs_for`."""
     return estimate(inputs_for(model, rack, batch, input_tokens, output_tokens, **layout_and_formats))

@@ -277,3 +277,58 @@ def test_a_kubernetes_router_reaches_every_group_at_its_template_port(solved_bun
         assert service == name and int(group) < lws["spec"]["replicas"]
         container = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
         assert container["ports"][0]["containerPort"] == int(port)
+
+
+def _mtp_record(solved_bundled, serving: str) -> dict:
+    """The bundled DeepSeek-R1 MTP plan, or the same problem served by prefill and decode pools."""
+    if serving == "aggregated":
+        return solve_record(solved_bundled["fast-mode-deepseek-r1-mtp"][1])
+    from planner.paths import data_dir
+    from planner.problem.resolve import resolve_problem
+    from planner.problem.schema import load_problem
+    from planner.solver.solve import solve
+
+    problem = load_problem(data_dir("problems") / "fast-mode-deepseek-r1-mtp.yaml")
+    from planner.modes import ServingMode
+
+    workload = problem.workloads[0].model_copy(update={"serving": ServingMode(serving), "speculative": problem.workloads[0].speculative.model_copy(
+        update={"draft_tokens": 2})})
+    return solve_record(solve(resolve_problem(problem.model_copy(update={"workloads": [workload]}))))
+
+
+@pytest.mark.parametrize("serving", ["aggregated", "disaggregated"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_speculative_decoding_reaches_every_server_with_the_engines_own_flags(solved_bundled, stubs, tmp_path, engine, serving):
+    """MTP draft tokens as each engine's parser takes them (checked against the recorded tables); a prefill
+    server runs the same draft settings as its decode side."""
+    import yaml
+
+    record = _mtp_record(solved_bundled, serving)
+    k = max(d["speculative"]["draft_tokens"] for d in record["deployments"] if d["role"] != "prefill")
+    assert k > 0 and all(d["speculative"] for d in record["deployments"])
+    script = tmp_path / "launch.sh"
+    script.write_text(export_plan(record, engine))
+    hosts = subprocess.run(["bash", str(script), "--list-hosts"], capture_output=True, text=True, check=True).stdout.split()
+    servers = []
+    for host in hosts:
+        run, calls = _run_host(script, host, {h: "10.0.0.1" for h in hosts}, stubs, tmp_path)
+        assert run.returncode == 0, run.stderr[-2000:]
+        servers += [c for c in _servers(calls) if _table(c)[0] is FLAGS[engine]["options"]]  # engine servers, not routers
+    assert servers
+    for call in servers:
+        _check_flags(call)
+        if engine == "vllm":
+            config = json.loads(call[call.index("--speculative-config") + 1])
+            assert config == {"method": "mtp", "num_speculative_tokens": k}
+            assert config["method"] in FLAGS["vllm"]["options"]["--spec-method"]["choices"]  # the parser's method names
+        elif engine == "sglang":
+            value = {flag: call[call.index(flag) + 1] for flag in ("--speculative-algorithm", "--speculative-num-steps",
+                                                                    "--speculative-eagle-topk", "--speculative-num-draft-tokens")}
+            assert value == {"--speculative-algorithm": "EAGLE", "--speculative-num-steps": str(k), "--speculative-eagle-topk": "1",
+                             "--speculative-num-draft-tokens": str(k + 1)}
+    if engine == "trtllm":
+        known = FLAGS["trtllm"]["extra_llm_api_options"]
+        options = [yaml.safe_load(p.read_text()) for p in (tmp_path / "run").glob("extra_llm_api_options_*.yaml")]
+        assert options and all(o["speculative_config"] == {"decoding_type": "MTP", "max_draft_len": k} for o in options)
+        assert "MTP" in known["speculative_config.decoding_type"]["allowed"]
+    assert f"speculative decoding with {k} MTP draft tokens" in script.read_text()  # the assumed acceptance, as a NOTE

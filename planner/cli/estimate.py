@@ -61,7 +61,15 @@ def _defaults(args: argparse.Namespace) -> _Defaults:
                      workload.input_tokens, workload.output_tokens, workload.prefix_cache, resolved.problem.engine, workload.speculative)
 
 
-_FLAG_OF_SPECULATIVE_FIELD = {"acceptance_rates": "--acceptance", "acceptance_length": "--acceptance-length"}
+_FLAG_OF_SPECULATIVE_FIELD = {"acceptance_rates": "--acceptance", "acceptance_length": "--acceptance-length",
+                              "draft_tokens": "--speculative-tokens", "remove speculative": "drop --speculative-tokens"}
+
+
+def _flag_words(text: str) -> str:
+    """A problem-file message in the words of the estimate flags."""
+    for name, flag in _FLAG_OF_SPECULATIVE_FIELD.items():
+        text = text.replace(name, flag)
+    return text
 
 
 def _speculation(args: argparse.Namespace, arch, request: SpeculativeRequest | None) -> Speculation | None:
@@ -79,12 +87,12 @@ def _speculation(args: argparse.Namespace, arch, request: SpeculativeRequest | N
     except ValidationError as exc:
         problem = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
         what, _, fix = problem.partition("\n    fix: ")
-        raise PlannerInputError(InputIssue("--speculative-tokens", what, fix or "check the acceptance flags")) from None
+        raise PlannerInputError(InputIssue("--speculative-tokens", _flag_words(what), _flag_words(fix) or "check the acceptance flags")) from None
     try:
         resolved = resolve_speculative(spec, arch, "--speculative-tokens")
     except PlannerInputError as exc:
-        raise PlannerInputError([InputIssue(_FLAG_OF_SPECULATIVE_FIELD.get(i.field.rsplit(".", 1)[-1], "--speculative-tokens"), i.problem, i.fix)
-                                 for i in exc.issues]) from None
+        raise PlannerInputError([InputIssue(_FLAG_OF_SPECULATIVE_FIELD.get(i.field.rsplit(".", 1)[-1], "--speculative-tokens"), i.problem,
+                                            _flag_words(i.fix)) for i in exc.issues]) from None
     return resolved.speculation(args.speculative_tokens, role)
 
 

@@ -251,9 +251,9 @@ def resolve_speculative(spec: SpeculativeSpec, arch: ModelArch, field_name: str)
     if spec.draft_tokens == 0:
         return None
     if arch.mtp_layers == 0:
+        with_mtp = ", ".join(m.id for m in load_model_catalog().values() if m.mtp_layers)
         raise PlannerInputError(InputIssue(field_name, f"{arch.id} has no multi-token-prediction layers (config num_nextn_predict_layers 0), "
-                                           "so it has no draft", "remove speculative, or serve a model that ships MTP modules "
-                                           "(deepseek-v3, deepseek-r1)"))
+                                           "so it has no draft", f"remove speculative, or serve a model that ships MTP modules ({with_mtp})"))
     if spec.acceptance_rates is not None or spec.acceptance_length is not None:
         rates, source = tuple(spec.acceptance_rates or ()), "the workload's acceptance"
     elif arch.mtp_acceptance is not None:

@@ -259,14 +259,16 @@ def _best_per_token(candidates) -> tuple[str, float, object] | None:
     options = []
     for c in candidates:
         if c.role is ServingRole.AGGREGATED:
-            options.append((c.usd_per_million_output_tokens, f"{c.layout.describe()}, batch {c.batch} ({c.batch_limit}-bound)", c))
+            mtp = f", MTP {c.draft_tokens} draft tokens" if c.draft_tokens else ""
+            options.append((c.usd_per_million_output_tokens, f"{c.layout.describe()}, batch {c.batch}{mtp} ({c.batch_limit}-bound)", c))
     prefill = [c for c in candidates if c.role is ServingRole.PREFILL]
     decode = [c for c in candidates if c.role is ServingRole.DECODE]
     if prefill and decode:
         p = min(prefill, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
         q = min(decode, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
         options.append((p.usd_per_million_output_tokens + q.usd_per_million_output_tokens,
-                        f"prefill {p.layout.describe()} + decode {q.layout.describe()}, batch {q.batch} ({q.batch_limit}-bound)", (p, q)))
+                        f"prefill {p.layout.describe()} + decode {q.layout.describe()}, batch {q.batch}"
+                        f"{f', MTP {q.draft_tokens} draft tokens' if q.draft_tokens else ''} ({q.batch_limit}-bound)", (p, q)))
     if not options:
         return None
     cost, text, candidate = min(options, key=lambda o: (o[0], o[1]))
