@@ -39,8 +39,8 @@ def _cell(log_axis: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Lower node index and weight of the upper node for `x` on one axis, clamped to the axis."""
     if len(log_axis) == 1:
         return np.zeros(np.shape(x), dtype=int), np.zeros(np.shape(x))
-    i = np.clip(np.searchsorted(log_axis, x, side="right") - 1, 0, len(log_axis) - 2)
-    w = np.clip((x - log_axis[i]) / (log_axis[i + 1] - log_axis[i]), 0.0, 1.0)
+    i = np.minimum(np.maximum(np.searchsorted(log_axis, x, side="right") - 1, 0), len(log_axis) - 2)
+    w = np.minimum(np.maximum((x - log_axis[i]) / (log_axis[i + 1] - log_axis[i]), 0.0), 1.0)
     return i, w
 
 
@@ -75,19 +75,34 @@ class Grid:
     def correction(self, *coords) -> np.ndarray:
         """Measured over parametric time at `coords` (one per axis; arrays broadcast)."""
         varying = [i for i, c in enumerate(coords) if np.ndim(c) > 0]
-        if len(varying) == 1 and len(self.axes) > 1:  # one axis varies: a cached 1-D slice
-            return np.exp(self._along(varying[0], coords))
+        if len(varying) <= 1:  # at most one axis varies: a cached line along it
+            axis = varying[0] if varying else 0
+            return self.along(axis, coords[axis], (tuple(float(c) for i, c in enumerate(coords) if i != axis),))[0]
         return np.exp(interpolate(self.log_axes, self.log_correction, tuple(_log(c) for c in coords)))
 
-    def _along(self, axis: int, coords: tuple) -> np.ndarray:
-        key = (axis, *(float(c) for i, c in enumerate(coords) if i != axis))
-        line = self._slices.get(key)
-        if line is None:
-            fixed = [np.full(len(self.axes[axis]), _log(c)) if i != axis else self.log_axes[axis] for i, c in enumerate(coords)]
-            line = interpolate(self.log_axes, self.log_correction, tuple(fixed))
+    def along(self, axis: int, x, others: tuple[tuple[float, ...], ...]) -> np.ndarray:
+        """Factors at `x` on `axis`, one row per tuple of the other axes' coordinates: shape
+        (len(others), *shape(x)). Each row's line along `axis` is interpolated once and kept."""
+        key = (axis, others)
+        lines = self._slices.get(key)
+        if lines is None:
+            lines = np.stack([self._line(axis, tuple(float(v) for v in other)) for other in others])
             if len(self._slices) < _SLICE_CACHE_LIMIT:
-                self._slices[key] = line
-        return np.interp(_log(coords[axis]), self.log_axes[axis], line)
+                self._slices[key] = lines
+        i, w = _cell(self.log_axes[axis], _log(x))
+        upper = np.minimum(i + 1, lines.shape[1] - 1)
+        return np.exp(lines[:, i] * (1.0 - w) + lines[:, upper] * w)
+
+    def _line(self, axis: int, other: tuple) -> np.ndarray:
+        line = self._slices.get((axis, other))
+        if line is None:
+            fixed = iter(other)
+            n = len(self.axes[axis])
+            coords = tuple(self.log_axes[a] if a == axis else np.full(n, _log(next(fixed))) for a in range(len(self.axes)))
+            line = interpolate(self.log_axes, self.log_correction, coords)
+            if len(self._slices) < _SLICE_CACHE_LIMIT:
+                self._slices[(axis, other)] = line
+        return line
 
 
 @dataclass(frozen=True, eq=False)
