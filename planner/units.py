@@ -5,6 +5,7 @@ __all__ = [
     "GB",
     "GIB",
     "HOURS_PER_MONTH",
+    "MB",
     "MIB",
     "MS",
     "SECONDS_PER_DAY",
@@ -23,6 +24,7 @@ __all__ = [
 ]
 
 GB = 1e9  # bytes in a decimal gigabyte (vendors quote HBM and link bandwidth in these)
+MB = 1e6  # bytes in a decimal megabyte (vendors quote cache sizes in these)
 GIB = 2.0**30  # bytes in a binary gibibyte
 MIB = 2.0**20  # bytes in a binary mebibyte (nvidia-smi reports memory in these)
 TB = 1e12  # bytes in a decimal terabyte

@@ -2,6 +2,8 @@
 the best plan with its gap, and infeasible problems are explained with numbers."""
 
 import json
+import math
+import re
 
 import pytest
 
@@ -226,16 +228,23 @@ def test_confidence_high_holds_the_limits_at_the_slow_end_of_the_range(tmp_path)
 
 
 def test_a_layout_cheaper_per_token_but_not_chosen_says_what_ruled_it_out(solved):
-    """deepseek-v3-wide-ep-skewed: EP64 is the cheapest layout per token, but one EP64 replica (64 GB200s
-    at $4.50/h = $288/h) makes more than twice the 60k tokens/s asked for, while one EP32 replica
-    (32 x $4.50 = $144/h) covers it: the explanation names the rounding, not a vague rejection."""
+    """deepseek-v3-wide-ep-skewed: a GB200 layout is cheaper per token than the plan's, but whole replicas
+    of it overshoot the 60k tokens/s asked for: the explanation names the rounding, not a vague rejection,
+    and its figures add up: ceil(60k / rate per replica) replicas x accelerators per replica x $4.50/h
+    (the catalog's GB200 price) costs no less than the plan (a tie goes to the canonical choice)."""
     _, result = solved["deepseek-v3-wide-ep-skewed"]
     cheaper = [r for r in result.explanation.racks if r.relative_to_chosen is not None and r.relative_to_chosen < 1]
     assert cheaper and all(r.not_chosen_because for r in cheaper)
     (r,) = cheaper
-    assert r.not_chosen_because.startswith("whole replicas round the demand up")
-    assert "$288/h" in r.not_chosen_because and "$144/h" in r.not_chosen_because
-    assert result.usd_per_hour == pytest.approx(32 * 4.50)
+    found = re.match(r"whole replicas round the demand up: (\d+) x ([\d.]+)k/s for 60k/s costs \$([\d.]+)/h against the plan's "
+                     r"\$([\d.]+)/h", r.not_chosen_because)
+    assert found, r.not_chosen_because
+    replicas, rate_k, cost, plan = int(found[1]), float(found[2]), float(found[3]), float(found[4])
+    accelerators = int(re.search(r"= (\d+) accelerators", r.best)[1])
+    assert replicas == math.ceil(60 / rate_k)
+    assert cost == pytest.approx(replicas * accelerators * 4.50)
+    assert plan == pytest.approx(result.usd_per_hour, rel=0.01) and cost >= plan
+    assert result.usd_per_hour == pytest.approx(4.50 * round(result.usd_per_hour / 4.50))  # whole GB200s at $4.50/h
 
 
 def test_a_pipeline_is_explained_by_the_weights_that_do_not_fit_one_box(solved_bundled):

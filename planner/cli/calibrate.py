@@ -1,9 +1,10 @@
-"""`planner calibrate`: fit the kernel curves of topologies/kernels.yaml to aiconfigurator's measured
-kernel tables (an unpacked `aiconfigurator_core/systems/data` directory or the aiconfigurator-core wheel)."""
+"""`planner calibrate`: fit the kernel curves of topologies/kernels.yaml and their correction grids
+(topologies/kernel_grids/) to aiconfigurator's measured kernel tables (an unpacked
+`aiconfigurator_core/systems/data` directory or the aiconfigurator-core wheel), and print each class's
+leave-one-out error."""
 
 import argparse
 import re
-import statistics
 import tempfile
 import zipfile
 from pathlib import Path
@@ -14,7 +15,7 @@ from rich.table import Table
 from planner.cli.common import EXIT_OK
 from planner.errors import InputIssue, PlannerInputError
 
-__all__ = ["DEFAULT_OUTPUT", "calibrate_command", "summary_rows"]
+__all__ = ["DEFAULT_OUTPUT", "calibrate_command", "summary_rows", "target_misses"]
 
 DEFAULT_OUTPUT = Path("topologies") / "kernels.yaml"
 TABLES_IN_WHEEL = "aiconfigurator_core/systems/data"
@@ -51,28 +52,56 @@ def _tables_dir(source: Path, scratch: Path) -> tuple[Path, str | None]:
     return (inside if inside.is_dir() else source), None
 
 
-def summary_rows(record: dict) -> list[tuple[str, str, str, str]]:
-    """(system, engine, classes fitted, median spread p10/p50/p90 over the engine's fits) per engine."""
+CLASS_COLUMNS = ("gemm", "moe", "moe_routing", "moe_wide_ep", "attention_decode", "attention_prefill", "mla_decode", "mla_prefill", "all_reduce", "all_to_all")
+LOO_MEDIAN_TARGET = 0.10  # issue 21: leave-one-out median error <= 10% in every kernel class...
+LOO_MEDIAN_TARGET_MOE = 0.15  # ...and <= 15% for the grouped expert GEMMs
+
+
+def _fits(node: dict) -> list[dict]:
+    """Every fit record (a dict with `loo_error` or `spread`) under `node`, however deeply nested."""
+    out, todo = [], [node]
+    while todo:
+        item = todo.pop()
+        if "loo_error" in item or "spread" in item:
+            out.append(item)
+        else:
+            todo.extend(v for v in item.values() if isinstance(v, dict))
+    return out
+
+
+def _worst(fits: list[dict]) -> tuple[float, float] | None:
+    """The largest leave-one-out median and p90 over a class's fits (all formats, group sizes, routings)."""
+    scored = [f["loo_error"] for f in fits if f.get("loo_error")]
+    return (max(e[0] for e in scored), max(e[1] for e in scored)) if scored else None
+
+
+def summary_rows(record: dict) -> list[tuple[str, ...]]:
+    """(system, engine, then per kernel class the worst format's leave-one-out median/p90 error) per engine."""
     rows = []
     for accel in record["accelerators"].values():
-        for engine, classes in accel.get("engines", {}).items():
-            fitted = [c for c in classes if c not in ("versions", "suspect")]
-            spreads = [fit["spread"] for fit in _fits(classes, fitted)]
-            median = "/".join(f"{statistics.median(s[i] for s in spreads):.2f}" for i in range(3)) if spreads else "-"
-            rows.append((accel["system"], engine, ", ".join(fitted), median))
+        engines = dict(accel.get("engines", {}))
+        if accel.get("nccl", {}).get("all_reduce"):  # NCCL's all-reduce: what an engine without its own table runs
+            engines["nccl"] = {"all_reduce": accel["nccl"]["all_reduce"]}
+        for engine, classes in engines.items():
+            cells = []
+            for name in CLASS_COLUMNS:
+                worst = _worst(_fits(classes[name])) if name in classes else None
+                cells.append(f"{worst[0]:.1%}/{worst[1]:.0%}" if worst else "-")
+            rows.append((accel["system"], engine, *cells))
     return rows
 
 
-def _fits(classes: dict, names: list[str]) -> list[dict]:
-    """Every fit record (a dict with a spread) under the given classes, however deeply nested."""
-    out, todo = [], [classes[n] for n in names]
-    while todo:
-        node = todo.pop()
-        if "spread" in node:
-            out.append(node)
-        else:
-            todo.extend(v for v in node.values() if isinstance(v, dict))
-    return out
+def target_misses(record: dict) -> list[str]:
+    """Classes whose leave-one-out median misses the issue's target (10%; MoE 15%), as 'system engine class format'."""
+    misses = []
+    for accel in record["accelerators"].values():
+        for engine, classes in accel.get("engines", {}).items():
+            for name in CLASS_COLUMNS:
+                limit = LOO_MEDIAN_TARGET_MOE if name.startswith("moe") else LOO_MEDIAN_TARGET
+                worst = _worst(_fits(classes[name])) if name in classes else None
+                if worst and worst[0] > limit:
+                    misses.append(f"{accel['system']} {engine} {name} ({worst[0]:.1%})")
+    return misses
 
 
 def calibrate_command(args: argparse.Namespace, console: Console) -> int:
@@ -92,18 +121,23 @@ def calibrate_command(args: argparse.Namespace, console: Console) -> int:
     engines = getattr(args, "engines", None) or ENGINES
     with tempfile.TemporaryDirectory(prefix="planner-calibrate-") as scratch:
         tables, version = _tables_dir(Path(args.tables), Path(scratch))
-        record = calibrate(tables, systems=systems, engines=engines, version=version)
+        calibration = calibrate(tables, systems=systems, engines=engines, version=version)
+    record = calibration.record
     if not record["accelerators"]:
         raise PlannerInputError(InputIssue("tables", f"no kernel tables of {', '.join(systems)} under {tables}",
                                            f"give the {TABLES_IN_WHEEL} directory of aiconfigurator-core"))
-    write_kernel_catalog(record, output)
-    table = Table(title=f"kernel curves fitted to {record['source']['package']} {record['source']['version']}")
-    for column in ("system", "engine", "classes fitted", "median spread p10/p50/p90"):
-        table.add_column(column)
+    write_kernel_catalog(record, output, calibration.grids)
+    table = Table(title=f"leave-one-out error (median/p90, worst format) of the kernel rates from {record['source']['package']} "
+                        f"{record['source']['version']}")
+    for column in ("system", "engine", *CLASS_COLUMNS):
+        table.add_column(column.replace("_", " "))
     for row in summary_rows(record):
         table.add_row(*row)
     console.print(table)
-    console.print(f"wrote {output} ({output.stat().st_size / 1024:.0f} KiB)", markup=False)
+    misses = target_misses(record)
+    console.print(f"median within 10% (MoE 15%) in every class: {'yes' if not misses else 'no: ' + ', '.join(misses)}", markup=False)
+    grid_bytes = sum((output.parent / a["grids"]).stat().st_size for a in record["accelerators"].values() if a.get("grids"))
+    console.print(f"wrote {output} ({output.stat().st_size / 1024:.0f} KiB) and its grids ({grid_bytes / 1024:.0f} KiB)", markup=False)
     return EXIT_OK
 
 

@@ -266,10 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(handler="planner.cli.catalog:schema_command")
     cal = sub.add_parser("calibrate", help="fit the kernel-rate curves of the step model to measured kernel tables",
                          description="Read aiconfigurator-core's measured kernel tables (an unpacked systems/data directory or the "
-                                     "wheel file) and write the compact curves the calibrated step model uses. Needs the optional "
-                                     "extra: pip install 'llm-deployment-planner[calibrate]'.")
+                                     "wheel file) and write the curves and correction grids the calibrated step model uses "
+                                     "(kernels.yaml and kernel_grids/ next to it), with each kernel class's leave-one-out error. "
+                                     "Needs the optional extra: pip install 'llm-deployment-planner[calibrate]'.")
     cal.add_argument("tables", help="aiconfigurator_core/systems/data directory, an unpacked wheel, or the .whl file")
-    cal.add_argument("-o", "--output", default="topologies/kernels.yaml", help="where to write the curves (default topologies/kernels.yaml)")
+    cal.add_argument("-o", "--output", default="topologies/kernels.yaml", help="where to write the curves; the grids go to kernel_grids/ beside it (default topologies/kernels.yaml)")
     cal.add_argument("--systems", nargs="+", help="only these systems (h100_sxm or h100-sxm; default all six)")
     cal.add_argument("--engines", nargs="+", choices=[e.value for e in Engine], help="only these engines (default all three)")
     cal.set_defaults(handler="planner.cli.calibrate:calibrate_command")

@@ -1,11 +1,13 @@
 """The edges of `planner calibrate`: the DeepEP all-to-all tables brought to one shape, and the
-kernels.yaml writer (a commented header with the fitted forms, then one flow-style line per fit)."""
+writer of kernels.yaml (a commented header with the forms, then one flow-style line per fit) and of
+the grid files next to it."""
 
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from planner.hardware.kernel_grids import write_grid_file
 from planner.units import US
 
 __all__ = ["KERNELS_HEADER", "all_to_all_rows", "kernel_catalog_text", "write_kernel_catalog"]
@@ -19,23 +21,34 @@ A2A_HALF_DTYPES = ("bfloat16", "default")  # rows that move bf16 tokens
 PHASES = ("dispatch", "combine")
 
 KERNELS_HEADER = """\
-# Kernel rates fitted by `planner calibrate` to measured kernel tables. Generated: do not edit by hand.
-# Forms (SI units; F = catalog dense peak of the format, BW = catalog HBM bandwidth):
-#   gemm:              t = t0 + max(2MNK / (F eta_max M/(M + m_half)), (N K b_w + M K b_a + 2 M N) / (BW eta_m)); shapes with min(N, K) >= 1024
+# Kernel rates from `planner calibrate` on measured kernel tables. Generated: do not edit by hand.
+# Each fit is a parametric form (SI units; F = catalog dense peak of the format, BW = catalog HBM bandwidth) times a
+# correction grid: log(measured / form) at log-spaced nodes of the class's shape axes, stored as `grid` in the
+# accelerator's `grids` file, interpolated multilinearly in log space, held at its edge beyond the measured range.
+#   gemm:              t = t0 + max(2MNK / (F eta_max M/(M + m_half)), (N K b_w + M K b_a + 2 M N) / (BW eta_m)); grid over M, N, K
+#                      eta_stream: HBM streaming rate / BW of the <= 16-row shapes whose weights exceed 4x L2 (stream_rows of them);
+#                      the step model charges every GEMM at least t0 + N K b_w / (BW eta_stream) (weights cold in L2)
 #   moe:               the gemm form with M = T topk / E tokens per expert, FLOPs = 2 x 3 T topk H I / (tp ep),
-#                      bytes = min(E, T topk) / ep x 3 H I / tp x b_w (gated experts, balanced routing, T = tokens entering the layer)
-#   moe_routing:       the same form fitted to the tables measured under a skewed router (power_law_<alpha>: tokens per
-#                      expert drawn from a power law, the most loaded expert-parallel rank measured); eta_m can pass 1
-#                      there, because a skewed router touches fewer experts than the uniform-touch bytes count
-#   attention_decode:  t = t0 + kv_bytes / (BW eta_kv) + c x batch x heads; kv_bytes = batch x len x 2 x kv_heads x head_dim x b_kv
-#   attention_prefill: t = t0 + 2 b n h s^2 / (F_bf16 eta_max s/(s + s_half)) (bf16 fmha, causal; keyed by KV format)
-#   mla_decode:        t = t0 + batch x len x 576 x b_kv / (BW eta_kv)
-#   mla_prefill:       t = t0 + b n s^2 (192 + 128) / (F_bf16 eta_max s/(s + s_half)) (causal; keyed by KV format)
-#   all_reduce, nccl:  t = alpha + ring x bytes / bus_bytes_per_s; ring 2(n-1)/n for all_reduce, (n-1)/n otherwise; bytes = elements x 2
-#   all_to_all:        t = alpha + tokens x topk x hidden x 2 / bytes_per_s per phase (DeepEP; tokens per rank; rows within `nodes` nodes)
+#                      bytes = E (1 - (1 - topk/E)^T) / ep x 3 H I / tp x b_w (gated experts, T = tokens entering the layer);
+#                      one grid over T per measured (hidden, inter / tp, experts / ep, topk, experts)
+#   moe_routing:       the same, measured under a skewed router (power_law_<alpha>: tokens per expert drawn from a power law,
+#                      the most loaded expert-parallel rank measured)
+#   moe_wide_ep:       the same, behind DeepEP (SGLang's wide-EP tables), per DeepEP mode (low_latency: decode, normal: prefill)
+#   attention_decode:  t = t0 + kv_bytes / (BW eta_kv) + c x batch x heads; kv_bytes = batch x len x 2 x kv_heads x head_dim x b_kv;
+#                      one grid over (batch, len) per measured (heads, kv_heads, head_dim)
+#   attention_prefill: t = t0 + 2 b n h s^2 / (F_bf16 eta_max s/(s + s_half)) (bf16 fmha, causal; keyed by KV format);
+#                      grid over (s, width = FLOPs / s^2), the width binned to nodes a factor 2 apart
+#   mla_decode:        t = t0 + batch x len x 576 x b_kv / (BW eta_kv) + c x batch x heads; one grid over (batch, len) per heads
+#   mla_prefill:       t = t0 + b n s^2 (192 + 128) / (F_bf16 eta_max s/(s + s_half)) (causal; keyed by KV format); grid as prefill
+#   all_reduce, nccl:  t = alpha + ring x bytes / bus_bytes_per_s; ring 2(n-1)/n for all_reduce, (n-1)/n otherwise; bytes = elements x 2;
+#                      grid over the message bytes per group size
+#   all_to_all:        t = alpha + tokens x topk x hidden x 2 / bytes_per_s per phase (DeepEP; tokens per rank; rows within `nodes` nodes);
+#                      one grid over tokens per measured (hidden, topk, experts)
 # Attention, GEMM and MoE are per layer and GPU, heads per GPU; b_w, b_a, b_kv are the planner's bytes per value
-# (nvfp4 0.5625, mxfp4 0.53125). spread = [p10, p50, p90] of measured / fitted time over the `rows` fitted.
-# suspect: tables left out because their measurement looks wrong.
+# (nvfp4 0.5625, mxfp4 0.53125). t0 (alpha) is measured, not fitted: the median latency of the least-work 1% of the table's shapes.
+# fit_spread = [p10, p50, p90] of measured / form. loo_error = [median, p90] of |predicted / measured - 1| when each measured row
+# is predicted with itself (its grid node) left out (loo_rows scored of `rows`); spread = [p10, p50, p90] of measured / predicted over
+# the same rows: the range a prediction quotes. suspect: tables left out because their measurement looks wrong.
 """
 
 
@@ -124,8 +137,11 @@ def kernel_catalog_text(record: dict) -> str:
     return KERNELS_HEADER + body
 
 
-def write_kernel_catalog(record: dict, path: Path) -> None:
-    """Write a `calibrate` record as kernels.yaml at `path` (creating folders)."""
+def write_kernel_catalog(record: dict, path: Path, grids: dict[str, dict] | None = None) -> None:
+    """Write a `calibrate` record as kernels.yaml at `path` (creating folders), and each accelerator's
+    grids (`grids[accelerator id]`, by name) at the file its entry names, relative to `path`."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(kernel_catalog_text(record))
+    for accel_id, arrays in (grids or {}).items():
+        write_grid_file(target.parent / record["accelerators"][accel_id]["grids"], arrays)

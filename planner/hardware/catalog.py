@@ -22,7 +22,7 @@ from planner.hardware.specs import AcceleratorSpec, LinksScaleUp, RackSpec, Toru
 from planner.paths import data_dir
 from planner.precision import FLOPS_FORMATS_NARROW_TO_WIDE, FlopsFormat
 from planner.schema import EdgeModel
-from planner.units import GB, MIB, TB, TFLOP
+from planner.units import GB, MB, MIB, TB, TFLOP
 
 __all__ = ["Accelerator", "AchievableDefaults", "HardwareCatalog", "Overheads", "RackType", "ScaleUpTopology", "check_source_keys", "load_hardware_catalog"]
 
@@ -51,6 +51,7 @@ class Accelerator:
     scale_up_bandwidth_fraction: float
     scale_out_bandwidth_fraction: float
     sources: Mapping[str, str] = field(default_factory=dict)
+    l2_cache_bytes: float | None = None  # last-level cache (calibration: which GEMM shapes stream their weights cold)
 
     def supported_flops_format(self, wanted: FlopsFormat) -> FlopsFormat | None:
         """`wanted` if the accelerator has tensor cores for it, else the next wider format it has."""
@@ -204,6 +205,7 @@ def _accelerator_from_spec(spec: AcceleratorSpec, defaults: AchievableDefaults, 
         scale_up_bandwidth_fraction=spec.scale_up_bandwidth_fraction or defaults.scale_up_bandwidth_fraction,
         scale_out_bandwidth_fraction=spec.scale_out_bandwidth_fraction or defaults.scale_out_bandwidth_fraction,
         sources={name: sources.get(key, key) for name, key in spec.sources.items()},
+        l2_cache_bytes=None if spec.l2_cache_mb is None else spec.l2_cache_mb * MB,
     )
 
 

@@ -1,10 +1,14 @@
-"""Measured kernel rates per accelerator and serving engine: the compact curves `planner calibrate`
-fits to measured kernel tables (`topologies/kernels.yaml`), and the derived curves of accelerators
-nobody has published tables for (`topologies/kernel_derivations.yaml`, wider spreads).
+"""Measured kernel rates per accelerator and serving engine: the parametric curves `planner calibrate`
+fits to measured kernel tables (`topologies/kernels.yaml`) with the correction grids that keep the
+tables' shape structure (`topologies/kernel_grids/<accelerator>.zip`, read on first use), and the
+derived curves of accelerators nobody has published tables for (`topologies/kernel_derivations.yaml`:
+a reference part's curves and grids, GEMM efficiencies scaled, spreads widened).
 
-Every curve carries its fit spread: the 10th, 50th and 90th percentile of measured over fitted time
-over the rows it was fitted on. The step model multiplies by the median and quotes p10-p90 as the
-range of a prediction.
+Every curve carries its spread: the 10th, 50th and 90th percentile of measured over predicted time.
+For a curve with a grid these are leave-one-out residuals (each measured row predicted with itself
+left out), taken around their median: the grid is the prediction, the spread its range. For a curve
+without one (an older kernels.yaml) they are the fit's residuals, and the step model multiplies by
+the median.
 """
 
 import functools
@@ -18,11 +22,13 @@ from planner.errors import (
     issues_from_validation_error,
     load_yaml_file,
 )
+from planner.hardware.kernel_grids import Grid, GridRef, GridSet
 from planner.modes import Engine
 from planner.paths import data_dir
 from planner.schema import EdgeModel
 
-__all__ = ["AllToAll", "Collective", "DecodeAttention", "KernelRates", "PrefillAttention", "Ramp", "Spread", "kernel_rates"]
+__all__ = ["AllToAll", "Collective", "DecodeAttention", "HeadShape", "KernelRates", "PrefillAttention", "Ramp", "Spread", "grid_of",
+           "kernel_rates"]
 
 KERNELS_FILE = "kernels.yaml"
 DERIVATIONS_FILE = "kernel_derivations.yaml"
@@ -41,16 +47,27 @@ class Spread:
         return Spread(self.p50 * (self.p10 / self.p50) ** log_factor, self.p50, self.p50 * (self.p90 / self.p50) ** log_factor)
 
 
+def grid_of(curve, key=None) -> Grid | None:
+    """A curve's correction grid (for a grid set, the one measured nearest to `key`); None without one."""
+    if curve.grid is None:
+        return None
+    grid = curve.grid.get()
+    return grid.grid(key) if isinstance(grid, GridSet) else grid
+
+
 @dataclass(frozen=True)
 class Ramp:
     """GEMM-like kernel: t = t0 + max(FLOPs / (F eta_max m/(m + m_half)), bytes / (BW eta_m)), where m
-    is the rows per weight matrix (tokens for a dense GEMM, tokens per expert for a grouped GEMM)."""
+    is the rows per weight matrix (tokens for a dense GEMM, tokens per expert for a grouped GEMM);
+    eta_stream: the HBM streaming rate of weight-bound shapes, as a fraction of BW (0: not measured)."""
 
     t0_s: float
     eta_max: float
     m_half: float
     eta_m: float
     spread: Spread = Spread()
+    eta_stream: float = 0.0
+    grid: GridRef | None = None
 
 
 @dataclass(frozen=True)
@@ -61,16 +78,31 @@ class DecodeAttention:
     eta_kv: float
     c_s: float = 0.0
     spread: Spread = Spread()
+    grid: GridRef | None = None
+    mla: bool = False  # measured on MLA (latent) attention: its grids are by query heads alone
+
+
+@dataclass(frozen=True)
+class HeadShape:
+    """Attention heads one tensor-parallel rank runs: query heads, KV heads, head dimension (q.k)."""
+
+    heads: float
+    kv_heads: float
+    head_dim: float
 
 
 @dataclass(frozen=True)
 class PrefillAttention:
-    """t = t0 + causal FLOPs / (F_bf16 eta_max s/(s + s_half)) per layer and accelerator, s the context."""
+    """t = t0 + causal FLOPs / (F_bf16 eta_max s/(s + s_half)) per layer and accelerator, s the context.
+    `mla`: measured on MLA (latent) attention; `shape`: the deployment's heads per rank, when bound."""
 
     t0_s: float
     eta_max: float
     s_half: float
     spread: Spread = Spread()
+    grid: GridRef | None = None
+    mla: bool = False
+    shape: HeadShape | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +112,7 @@ class Collective:
     alpha_s: float
     bus_bytes_per_s: float
     spread: Spread = Spread()
+    grid: GridRef | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +122,7 @@ class AllToAll:
     alpha_s: float
     bytes_per_s: float
     spread: Spread = Spread()
+    grid: GridRef | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +135,7 @@ class KernelRates:
     gemm: dict[str, Ramp] = field(default_factory=dict)  # by GEMM format: bf16, fp8, fp8_block, fp4
     moe: dict[str, Ramp] = field(default_factory=dict)  # by expert-weight format, balanced routing
     moe_routing: dict[str, dict[str, Ramp]] = field(default_factory=dict)  # skewed routing (power_law_1.01, ...) -> by format
+    moe_wide_ep: dict[str, dict[str, dict[str, Ramp]]] = field(default_factory=dict)  # DeepEP mode -> routing -> format (SGLang)
     attention_decode: dict[str, DecodeAttention] = field(default_factory=dict)  # by KV format
     attention_prefill: dict[str, PrefillAttention] = field(default_factory=dict)
     mla_decode: dict[str, DecodeAttention] = field(default_factory=dict)
@@ -108,6 +143,7 @@ class KernelRates:
     all_reduce: dict[int, Collective] = field(default_factory=dict)  # the engine's in-domain all-reduce by group size
     all_to_all: dict[str, dict[str, AllToAll]] = field(default_factory=dict)  # low_latency/normal -> dispatch/combine
     derived_from: str | None = None
+    heads: HeadShape | None = None  # the deployment's attention heads per rank (`with_heads`), for prefill attention
 
     @property
     def calibrated(self) -> bool:
@@ -116,8 +152,13 @@ class KernelRates:
     def gemm_curve(self, fmt: str) -> Ramp:
         return _first(self.gemm, fmt, ("fp8", "bf16"))
 
-    def moe_curve(self, fmt: str, routing: str = "balanced") -> Ramp:
-        """Grouped expert GEMM of `fmt` measured under `routing` (balanced when that skew was not measured)."""
+    def moe_curve(self, fmt: str, routing: str = "balanced", wide_ep_mode: str | None = None) -> Ramp:
+        """Grouped expert GEMM of `fmt` measured under `routing` (balanced when that skew was not measured);
+        behind DeepEP (`wide_ep_mode` low_latency or normal) the engine's wide-EP tables where it has them in `fmt`."""
+        wide = self.moe_wide_ep.get(wide_ep_mode or "", {})
+        wide = wide.get(routing) or wide.get("balanced") or {}
+        if fmt in wide:
+            return wide[fmt]
         table = self.moe_routing.get(routing) or self.moe
         return _first(table, fmt, ("fp8_block", "fp8", "bf16", "fp4", "mxfp4")) if table else self.gemm_curve(fmt)
 
@@ -126,8 +167,14 @@ class KernelRates:
         return _first(table, kv_fmt, ("bf16", "fp8"))
 
     def prefill_attention_curve(self, kv_fmt: str, mla: bool) -> PrefillAttention:
+        """The prefill-attention curve, bound to the deployment's heads per rank when known."""
         table = (self.mla_prefill or self.attention_prefill) if mla else self.attention_prefill
-        return _first(table, kv_fmt, ("bf16", "fp8"))
+        curve = _first(table, kv_fmt, ("bf16", "fp8"))
+        return replace(curve, shape=self.heads) if self.heads is not None else curve
+
+    def with_heads(self, heads: HeadShape) -> "KernelRates":
+        """These rates for a deployment whose tensor-parallel ranks run `heads`."""
+        return replace(self, heads=heads)
 
     def all_reduce_curve(self, n: int) -> Collective:
         """The curve measured at the largest group size not above `n` (the smallest one above it if none)."""
@@ -153,6 +200,10 @@ def _first(table: dict, key: str, fallbacks: tuple[str, ...]):
 class _SpreadFields(EdgeModel):
     spread: tuple[float, float, float] = (1.0, 1.0, 1.0)
     rows: int | None = None
+    grid: str | None = None  # name in the accelerator's grid file
+    loo_error: tuple[float, float] | None = None  # leave-one-out [median, p90] of |predicted / measured - 1|
+    loo_rows: int | None = None
+    fit_spread: tuple[float, float, float] | None = None
 
 
 class _RampSpec(_SpreadFields):
@@ -160,6 +211,8 @@ class _RampSpec(_SpreadFields):
     eta_max: float = Field(gt=0)
     m_half: float = Field(ge=0)
     eta_m: float = Field(gt=0)
+    eta_stream: float = Field(default=0.0, ge=0)
+    stream_rows: int | None = None
 
 
 class _DecodeSpec(_SpreadFields):
@@ -190,6 +243,7 @@ class _EngineSpec(EdgeModel):
     gemm: dict[str, _RampSpec] = {}
     moe: dict[str, _RampSpec] = {}
     moe_routing: dict[str, dict[str, _RampSpec]] = {}
+    moe_wide_ep: dict[str, dict[str, dict[str, _RampSpec]]] = {}
     attention_decode: dict[str, _DecodeSpec] = {}
     attention_prefill: dict[str, _PrefillSpec] = {}
     mla_decode: dict[str, _DecodeSpec] = {}
@@ -201,6 +255,7 @@ class _EngineSpec(EdgeModel):
 
 class _AcceleratorSpec(EdgeModel):
     system: str
+    grids: str | None = None  # grid file, relative to kernels.yaml
     nccl: dict[str, dict[int, _CollectiveSpec]] = {}
     engines: dict[Engine, _EngineSpec] = {}
 
@@ -223,23 +278,36 @@ class _DerivationFile(EdgeModel):
 
 
 def _spread(spec: _SpreadFields) -> Spread:
-    return Spread(*spec.spread)
+    """The spread of a fit; with a grid, its leave-one-out percentiles taken around their median."""
+    p10, p50, p90 = spec.spread
+    return Spread(p10 / p50, 1.0, p90 / p50) if spec.grid else Spread(p10, p50, p90)
 
 
-def _engine_rates(accel: str, engine: Engine, spec: _EngineSpec, nccl: dict, source: str) -> KernelRates:
-    all_reduce = {n: Collective(c.alpha_s, c.bus_bytes_per_s, _spread(c)) for n, c in (spec.all_reduce or nccl.get("all_reduce", {})).items()}
+def _engine_rates(accel: str, engine: Engine, spec: _EngineSpec, nccl: dict, source: str, grids: Path | None) -> KernelRates:
+    def ref(s: _SpreadFields) -> GridRef | None:
+        return GridRef(grids, s.grid) if grids is not None and s.grid else None
+
+    def ramp(r: _RampSpec) -> Ramp:
+        return Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r), r.eta_stream, ref(r))
+
+    def decode(a: _DecodeSpec, mla: bool) -> DecodeAttention:
+        return DecodeAttention(a.t0_s, a.eta_kv, a.c_s, _spread(a), ref(a), mla)
+
+    def prefill(a: _PrefillSpec, mla: bool) -> PrefillAttention:
+        return PrefillAttention(a.t0_s, a.eta_max, a.s_half, _spread(a), ref(a), mla)
+
+    reduce = spec.all_reduce or nccl.get("all_reduce", {})
     return KernelRates(
         accelerator=accel, engine=engine, source=source,
-        gemm={k: Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r)) for k, r in spec.gemm.items()},
-        moe={k: Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r)) for k, r in spec.moe.items()},
-        moe_routing={d: {k: Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r)) for k, r in fits.items()}
-                     for d, fits in spec.moe_routing.items()},
-        attention_decode={k: DecodeAttention(a.t0_s, a.eta_kv, a.c_s, _spread(a)) for k, a in spec.attention_decode.items()},
-        attention_prefill={k: PrefillAttention(a.t0_s, a.eta_max, a.s_half, _spread(a)) for k, a in spec.attention_prefill.items()},
-        mla_decode={k: DecodeAttention(a.t0_s, a.eta_kv, a.c_s, _spread(a)) for k, a in spec.mla_decode.items()},
-        mla_prefill={k: PrefillAttention(a.t0_s, a.eta_max, a.s_half, _spread(a)) for k, a in spec.mla_prefill.items()},
-        all_reduce=all_reduce,
-        all_to_all={mode: {phase: AllToAll(p.alpha_s, p.bytes_per_s, _spread(p)) for phase, p in phases.items()}
+        gemm={k: ramp(r) for k, r in spec.gemm.items()}, moe={k: ramp(r) for k, r in spec.moe.items()},
+        moe_routing={d: {k: ramp(r) for k, r in fits.items()} for d, fits in spec.moe_routing.items()},
+        moe_wide_ep={m: {d: {k: ramp(r) for k, r in fits.items()} for d, fits in by.items()} for m, by in spec.moe_wide_ep.items()},
+        attention_decode={k: decode(a, False) for k, a in spec.attention_decode.items()},
+        attention_prefill={k: prefill(a, False) for k, a in spec.attention_prefill.items()},
+        mla_decode={k: decode(a, True) for k, a in spec.mla_decode.items()},
+        mla_prefill={k: prefill(a, True) for k, a in spec.mla_prefill.items()},
+        all_reduce={n: Collective(c.alpha_s, c.bus_bytes_per_s, _spread(c), ref(c)) for n, c in reduce.items()},
+        all_to_all={mode: {phase: AllToAll(p.alpha_s, p.bytes_per_s, _spread(p), ref(p)) for phase, p in phases.items()}
                     for mode, phases in spec.all_to_all.items()},
     )
 
@@ -259,6 +327,7 @@ def _derive(rates: KernelRates, d: _Derivation) -> KernelRates:
         source=f"derived from {d.reference} ({rates.source}): {d.basis}",
         gemm={k: ramp(r) for k, r in rates.gemm.items()}, moe={k: ramp(r) for k, r in rates.moe.items()},
         moe_routing={d: {k: ramp(r) for k, r in fits.items()} for d, fits in rates.moe_routing.items()},
+        moe_wide_ep={m: {d: {k: ramp(r) for k, r in fits.items()} for d, fits in by.items()} for m, by in rates.moe_wide_ep.items()},
         attention_decode=widen(rates.attention_decode), attention_prefill=widen(rates.attention_prefill),
         mla_decode=widen(rates.mla_decode), mla_prefill=widen(rates.mla_prefill), all_reduce=widen(rates.all_reduce),
         all_to_all={m: widen(p) for m, p in rates.all_to_all.items()},
@@ -283,9 +352,10 @@ def _load(directory: Path) -> dict[tuple[str, Engine], KernelRates]:
     spec: _KernelFile = _parse(_KernelFile, kernels_path)
     package = f"{spec.source.get('package', '?')} {spec.source.get('version', '')}".strip()
     for accel, a in spec.accelerators.items():
+        grids = directory / a.grids if a.grids else None
         for engine, e in a.engines.items():
             versions = ", ".join(f"{k} {v}" for k, v in e.versions.items())
-            out[(accel, engine)] = _engine_rates(accel, engine, e, a.nccl, f"{package}, {a.system} {engine} ({versions})")
+            out[(accel, engine)] = _engine_rates(accel, engine, e, a.nccl, f"{package}, {a.system} {engine} ({versions})", grids)
     derivations_path = directory / DERIVATIONS_FILE
     if derivations_path.exists():
         for d in _parse(_DerivationFile, derivations_path).derivations:

@@ -51,6 +51,7 @@ class AcceleratorSpec(EdgeModel):
     scale_out_gb_per_s: float = Field(gt=0, description="scale-out (NIC) bandwidth per accelerator, per direction, GB/s")
     host_memory_gb: float | None = Field(default=None, gt=0, description="host DRAM per accelerator, GB")
     host_link_gb_per_s: float | None = Field(default=None, gt=0, description="accelerator-to-host link (PCIe, NVLink-C2C), GB/s per direction")
+    l2_cache_mb: float | None = Field(default=None, gt=0, description="last-level (L2) cache in decimal MB, as the specification names it")
     price_usd_per_hour: float = Field(gt=0, description="rental price per accelerator-hour in USD (an estimate)")
     price_basis: str = Field(description="where the price comes from (provider, date, on-demand or reserved)")
     compute_fraction: dict[FlopsFormat, Fraction] | None = Field(
@@ -98,7 +99,7 @@ class AcceleratorSpec(EdgeModel):
         numeric = [
             name
             for name in ("hbm_capacity_gb", "hbm_capacity_mib_reported", "hbm_bandwidth_tb_per_s", "dense_tflop_per_s", "scale_up_gb_per_s",
-                         "scale_out_gb_per_s", "host_memory_gb", "host_link_gb_per_s", "price_usd_per_hour", "compute_fraction")
+                         "scale_out_gb_per_s", "host_memory_gb", "host_link_gb_per_s", "l2_cache_mb", "price_usd_per_hour", "compute_fraction")
             if getattr(self, name) is not None
         ]
         missing = [name for name in numeric if name not in self.sources]

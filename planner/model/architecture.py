@@ -23,6 +23,7 @@ __all__ = [
     "PublishedCounts",
     "DraftAcceptance",
     "attention_flops_per_context_token",
+    "expert_touch_fraction",
     "kv_bytes_per_sequence",
     "kv_bytes_per_token",
     "kv_bytes_per_token_per_layer",
@@ -313,3 +314,12 @@ def attention_flops_per_context_token(arch: ModelArch, absorbed: bool) -> float:
 def layer_windows(arch: ModelArch) -> np.ndarray:
     """Attention window per layer in tokens (inf for full attention), shape (n_layers,)."""
     return _window_array(arch)
+
+
+def expert_touch_fraction(tokens, experts_per_token, n_experts):
+    """Expected fraction of a layer's E experts hit by `tokens` tokens choosing k each:
+    1 - (1 - k/E)^tokens (docs/physics.md; routing assumed uniform and independent). Broadcasts;
+    a float for scalar arguments."""
+    n = np.asarray(n_experts, dtype=float)
+    touched = np.where(n > 0, 1.0 - (1.0 - experts_per_token / np.where(n > 0, n, 1.0)) ** np.asarray(tokens, dtype=float), 0.0)
+    return float(touched) if touched.ndim == 0 else touched

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from planner.model.architecture import expert_touch_fraction
 from planner.modes import OverlapPolicy, StepModel, StepTerm
 
 __all__ = [
@@ -109,14 +110,6 @@ def compute_time_s(flops: float | np.ndarray, flops_per_s: float) -> float | np.
 def memory_time_s(n_bytes: float | np.ndarray, bandwidth_bytes_per_s: float) -> float | np.ndarray:
     """t = bytes / achievable bandwidth (weight fetch, KV fetch, any HBM stream)."""
     return n_bytes / bandwidth_bytes_per_s
-
-
-def expert_touch_fraction(tokens: float, experts_per_token: int, n_experts: int) -> float:
-    """Expected fraction of a layer's E experts hit by `tokens` tokens choosing k each:
-    1 - (1 - k/E)^tokens (docs/physics.md; routing assumed uniform and independent)."""
-    if n_experts <= 0:
-        return 0.0
-    return 1.0 - (1.0 - experts_per_token / n_experts) ** tokens
 
 
 def all_reduce_time_s(message_bytes: float | np.ndarray, n_members: int, bandwidth_bytes_per_s: float, latency_s: float) -> float | np.ndarray:

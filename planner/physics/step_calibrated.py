@@ -1,7 +1,9 @@
-"""The calibrated step model: every kernel class of a forward pass at the rate measured for its
-shape (`physics.kernels` over the `hardware.kernels` curves): dense GEMMs, grouped expert GEMMs,
-attention, elementwise work and the engine's collectives. Each kernel's time is attributed to the
-term that bounds it, fixed times go to `overhead`, and the classes add up.
+"""The calibrated step model: every kernel of a forward pass at the rate measured for its own shape
+(`physics.kernels` over the `hardware.kernels` curves and grids): each dense GEMM at its (n, k) per
+rank (`stages.gemm_shapes`), the grouped expert GEMMs at the model's expert shape, attention at its
+head configuration and KV length, elementwise work, and the engine's collectives at their exact
+message sizes. Each kernel's time is attributed to the term that bounds it, fixed times go to
+`overhead`, and the classes add up.
 
 Arrays have shape (n_batches, pp); token counts come in as (n, 1).
 """
@@ -9,36 +11,44 @@ Arrays have shape (n_batches, pp); token counts come in as (n, 1).
 import numpy as np
 
 from planner.hardware.kernels import Spread
-from planner.model.architecture import AttentionKind
+from planner.model.architecture import (
+    AttentionKind,
+    kv_bytes_per_token_per_layer,
+)
 from planner.modes import Engine
 from planner.physics.kernels import (
+    ExpertShape,
     KernelTime,
     all_reduce_kernel,
     all_to_all_kernel,
     decode_attention_kernel,
     elementwise_kernel,
-    ramp_kernel,
+    gemm_kernel,
+    moe_kernel,
+    total_kernel_time,
 )
-from planner.physics.roofline import domains_per_token, matmul_flops
+from planner.physics.memory import kv_shard_fraction
+from planner.physics.roofline import all_reduce_time_s, domains_per_token
 from planner.physics.stages import (
     ELEMENTWISE_OPS_PER_LAYER,
+    attention_heads_per_rank,
     elementwise_bytes_per_token,
+    gemm_groups,
+    gemm_shapes,
+    window_groups,
 )
 from planner.physics.step_parts import (
     StepContext,
     StepTerms,
     all_reduces_per_stage,
-    decode_kv_bytes,
-    expert_weight_bytes,
     moe_exchange,
     pp_send,
-    roofline_all_reduces,
     roofline_exchange,
     touch_fraction,
 )
-from planner.precision import Precision
+from planner.precision import FlopsFormat, Precision, bytes_per_value
 
-__all__ = ["calibrated_comm", "calibrated_decode", "combine", "elementwise", "gemm_classes"]
+__all__ = ["calibrated_comm", "calibrated_decode", "combine", "decode_attention", "elementwise", "gemm_classes"]
 
 LOGITS_BYTES_PER_VALUE = 4  # fp32 logits, written by the head and read by softmax and sampling
 SAMPLING_OPS = 2  # softmax, then top-k/top-p sampling
@@ -63,22 +73,55 @@ def _peak(ctx: StepContext, fmt) -> float:
     return accel.dense_flops_per_s.get(fmt, max(accel.dense_flops_per_s.values()))
 
 
-def gemm_classes(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.ndarray) -> tuple[list[KernelTime], np.ndarray]:
-    """Dense GEMMs of a stage at `tokens_rank` rows and the grouped expert GEMMs at the tokens per
-    expert of `tokens_stage`; and the expert touch fraction."""
+def gemm_classes(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.ndarray, head_rows: np.ndarray | None = None,
+                 mode: str = "normal") -> tuple[list[KernelTime], np.ndarray]:
+    """Every dense GEMM of a stage at its own (n, k) and `tokens_rank` rows (the LM head at `head_rows`,
+    the sequences that emit a token, when given), as one class; the grouped expert GEMMs at the model's
+    expert shape and `tokens_stage` entering each MoE layer (behind DeepEP in `mode`, low_latency for
+    decode or normal for prefill, when tokens are dispatched); and the expert touch fraction."""
     inp, st, rates = ctx.inp, ctx.st, ctx.rates
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     bw, fmt = inp.rack.accelerator.hbm_bandwidth_bytes_per_s, prec.compute
-    dense = st.dense_params + st.head_params
-    classes = [ramp_kernel(rates.gemm_curve(_gemm_format(ctx, str(fmt))), matmul_flops(dense, tokens_rank) / lay.tp,
-                           dense * prec.weight_bytes / lay.tp, tokens_rank, st.gemm_kernels, _peak(ctx, fmt), bw)]
+    curve, bf16 = rates.gemm_curve(_gemm_format(ctx, str(fmt))), rates.gemm_curve("bf16")
+    peak, peak_bf16, b_bf16 = _peak(ctx, fmt), _peak(ctx, FlopsFormat.BF16), bytes_per_value(Precision.BF16)
+    dense = []
+    for bf16_shapes in (False, True):
+        group = gemm_groups(arch, lay.pp, lay.tp, bf16_shapes, head_rows is None)
+        if group is not None:
+            args = (bf16, peak_bf16, b_bf16) if bf16_shapes else (curve, peak, prec.weight_bytes)
+            dense.append(gemm_kernel(args[0], tokens_rank, group.n, group.k, group.count, args[1], bw, args[2], args[2], group.key))
+    if head_rows is not None:  # the LM head at one row per sequence that emits a token
+        head = next(g for g in gemm_shapes(arch, lay.pp, lay.tp) if g.name == "lm head")
+        dense.append(gemm_kernel(bf16, head_rows, head.n, head.k, head.count, peak_bf16, bw, b_bf16, b_bf16))
+    classes = [total_kernel_time(dense)]
     touch = touch_fraction(arch, tokens_stage)
     if arch.is_moe:
-        flops = matmul_flops(st.routed_active_params, tokens_stage) / lay.stage_size * inp.expert_imbalance
-        per_expert = tokens_stage * arch.moe.experts_per_token / arch.moe.n_routed_experts
-        classes.append(ramp_kernel(rates.moe_curve(_expert_format(ctx), inp.routing), flops, expert_weight_bytes(ctx, touch), per_expert,
-                                   st.n_moe_layers, _peak(ctx, fmt), bw))
+        moe, expert_fmt = arch.moe, _expert_format(ctx)
+        shape = ExpertShape(arch.hidden_size, moe.expert_intermediate_size, moe.experts_per_token, moe.n_routed_experts, lay.expert_tp, lay.ep,
+                            inp.expert_slot_factor)
+        stream = rates.gemm_curve(expert_fmt).eta_stream
+        dispatched = lay.ep > 1 and lay.dp_attn > 1  # tokens go out to the experts' ranks over DeepEP (see calibrated_comm)
+        curve = rates.moe_curve(expert_fmt, inp.routing, mode if dispatched else None)
+        classes.append(moe_kernel(curve, tokens_stage, shape, st.n_moe_layers, peak, bw,
+                                  prec.expert_weight_bytes, inp.expert_imbalance, stream))
     return classes, touch
+
+
+def decode_attention(ctx: StepContext, per_rank: np.ndarray, queries: float = 1.0) -> KernelTime:
+    """Decode attention of a stage's layers over the mean context (input + output / 2), each layer at
+    its window, at the head configuration per rank; KV bytes as the cache holds them, read once for
+    the `queries` tokens of each sequence (speculative verification), whose query work counts as that
+    many sequences."""
+    inp = ctx.inp
+    arch, prec = inp.arch, inp.precisions
+    curve = ctx.rates.decode_attention_curve(str(prec.kv_cache if prec.kv_cache is not Precision.FP16 else "bf16"),
+                                             arch.attention.kind is AttentionKind.MLA)
+    heads = attention_heads_per_rank(arch, inp.layout.tp)
+    per_token = kv_bytes_per_token_per_layer(arch, prec.kv_bytes) * kv_shard_fraction(arch, inp.layout.tp)
+    parts = [decode_attention_kernel(curve, per_rank * queries, length, heads, per_rank * length * per_token, layers,
+                                     inp.rack.accelerator.hbm_bandwidth_bytes_per_s)
+             for length, layers in window_groups(arch, inp.layout.pp, float(inp.input_tokens + inp.output_tokens / 2))]
+    return total_kernel_time(parts)
 
 
 def elementwise(ctx: StepContext, tokens_rank: np.ndarray) -> KernelTime:
@@ -119,22 +162,29 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
     if None in curves:  # the engine has no all-to-all table here: the exchange over the graph's links
         return roofline_exchange(ctx, tokens_rank * lay.dp_attn), Spread()
     tokens = tokens_rank * inp.expert_imbalance * lay.expert_tp
-    total = sum(all_to_all_kernel(curve, tokens * local * per_copy, tokens * remote * per_copy, nic, ctx.st.n_moe_layers)
+    key = (arch.hidden_size, arch.moe.experts_per_token, arch.moe.n_routed_experts)
+    total = sum(all_to_all_kernel(curve, tokens_rank, key, tokens * local * per_copy, tokens * remote * per_copy, nic, ctx.st.n_moe_layers)
                 for curve, per_copy in zip(curves, (dispatch_bytes, combine_bytes), strict=True))
     return total, curves[-1].spread
 
 
 def calibrated_comm(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.ndarray, mode: str) -> tuple[np.ndarray, Spread]:
-    inp, rates = ctx.inp, ctx.rates
+    """Tensor-parallel all-reduces at their exact message size with the engine's measured algorithm
+    (its custom all-reduce table, NCCL's where it has none), the MoE exchange and the pipeline hand-off.
+    With attention tensor-parallel over the whole stage (dp_attn = 1) every rank holds every token, and
+    engines all-reduce the MoE output instead of dispatching tokens (`step_parts.moe_exchange`;
+    TensorRT-LLM's Deepseekv3MoE: `if not self.use_dp and self.mapping.tp_size > 1: allreduce`);
+    otherwise tokens go out and back with the engine's all-to-all kernels."""
+    inp = ctx.inp
     lay = inp.layout
-    hidden_bytes = inp.arch.hidden_size * inp.precisions.activation_bytes
+    message = tokens_rank * inp.arch.hidden_size * inp.precisions.activation_bytes
+    calls = all_reduces_per_stage(ctx)
+    ideal = calls * all_reduce_time_s(message, lay.tp, ctx.eff.tp_bytes_per_s, ctx.eff.latency_s)
     spread = Spread()
-    ideal = roofline_all_reduces(ctx, tokens_rank)
     if lay.tp > 1 and not ctx.links.tp.spans_domains:
-        curve = rates.all_reduce_curve(lay.tp)
-        measured = all_reduce_kernel(curve, tokens_rank * hidden_bytes, lay.tp, all_reduces_per_stage(ctx))
+        curve = ctx.rates.all_reduce_curve(lay.tp)
         # a curve measured on another part's links (derived rates) never beats this part's own links
-        comm, spread = np.maximum(measured, ideal), curve.spread
+        comm, spread = np.maximum(all_reduce_kernel(curve, message, lay.tp, calls), ideal), curve.spread
     else:
         comm = ideal
     if moe_exchange(ctx):
@@ -164,15 +214,9 @@ def calibrated_decode(ctx: StepContext, micro_batch: np.ndarray, per_rank: np.nd
     """A decode micro-batch step: `per_rank` sequences on each attention rank, `extra` prompt tokens
     riding on the stage, `rank_extra` of them on the slowest attention rank (all (n, 1)); each
     sequence runs `queries` tokens (1 + the draft tokens a speculative step verifies)."""
-    inp, st = ctx.inp, ctx.st
-    arch, lay = inp.arch, inp.layout
     tokens_rank = per_rank * queries + rank_extra
-    classes, touch = gemm_classes(ctx, tokens_rank, micro_batch * queries + extra)
-    mla = arch.attention.kind is AttentionKind.MLA
-    curve = ctx.rates.decode_attention_curve(str(inp.precisions.kv_cache if inp.precisions.kv_cache is not Precision.FP16 else "bf16"), mla)
-    heads = arch.attention.n_heads / lay.tp
-    classes.append(decode_attention_kernel(curve, decode_kv_bytes(ctx, per_rank), per_rank * heads * queries, st.n_layers,
-                                           inp.rack.accelerator.hbm_bandwidth_bytes_per_s))
+    classes, touch = gemm_classes(ctx, tokens_rank, micro_batch * queries + extra, head_rows=per_rank * queries, mode="low_latency")
+    classes.append(decode_attention(ctx, per_rank, queries))
     classes.append(elementwise(ctx, tokens_rank))
     comm, spread = calibrated_comm(ctx, tokens_rank, micro_batch * queries + extra, "low_latency")
     return combine(classes, comm * np.ones_like(classes[0].total_s), spread), touch[:, 0]

@@ -17,7 +17,6 @@ from planner.physics.links import EffectiveLinks, ReplicaLinks
 from planner.physics.memory import (
     kv_bytes_per_accelerator,
     kv_shard_fraction,
-    weight_bytes_per_accelerator,
 )
 from planner.physics.roofline import (
     all_reduce_time_s,
@@ -25,10 +24,10 @@ from planner.physics.roofline import (
     expert_touch_fraction,
     point_to_point_time_s,
 )
-from planner.physics.stages import Stages
+from planner.physics.stages import Stages, attention_heads_per_rank
 
 __all__ = ["ALL_REDUCES_PER_LAYER", "DISPATCH_AND_COMBINE", "StepContext", "StepTerms", "all_reduces_per_stage", "decode_kv_bytes",
-           "expert_weight_bytes", "moe_exchange", "pp_send", "roofline_all_reduces", "roofline_comm", "roofline_exchange",
+           "moe_exchange", "pp_send", "roofline_all_reduces", "roofline_comm", "roofline_exchange",
            "touch_fraction"]
 
 ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style tensor parallelism)
@@ -46,6 +45,11 @@ class StepContext:
     flops_per_s: float  # roofline: achievable FLOP/s at the compute format
     hbm_bytes_per_s: float  # roofline: achievable HBM bandwidth
     rates: KernelRates | None  # calibrated curves (None: the roofline is used)
+
+    def __post_init__(self) -> None:
+        # the curves bound to this deployment's attention heads per rank (prefill attention needs them)
+        if self.rates is not None and self.rates.heads is None:
+            object.__setattr__(self, "rates", self.rates.with_heads(attention_heads_per_rank(self.inp.arch, self.inp.layout.tp)))
 
     @property
     def calibrated(self) -> bool:
@@ -137,9 +141,3 @@ def decode_kv_bytes(ctx: StepContext, per_rank: np.ndarray) -> np.ndarray:
     mean_context = inp.input_tokens + inp.output_tokens / 2
     per_sequence = ctx.st.per_stage(kv_bytes_per_sequence(inp.arch, mean_context, inp.precisions.kv_bytes))
     return kv_bytes_per_accelerator(per_rank, per_sequence, kv_shard_fraction(inp.arch, inp.layout.tp))
-
-
-def expert_weight_bytes(ctx: StepContext, touch: np.ndarray) -> np.ndarray:
-    inp, st, lay = ctx.inp, ctx.st, ctx.inp.layout
-    return weight_bytes_per_accelerator(0.0 * st.dense_params, st.routed_total_params * touch * inp.expert_slot_factor,
-                                        lay.tp, lay.stage_size, inp.precisions.weight_bytes, inp.precisions.expert_weight_bytes)
