@@ -50,6 +50,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 from fidelity_groups import by_family, by_regime, family_of, print_breakdown, regimes_of, targets
+from expert_placement_rule import placement_argv
 from fidelity_metrics import LATENCY_UNITS, compared_key, field, latency_metric, skip_reason, static_time_s
 from trtllm_bench_rule import RULE as TRTLLM_BENCH_RULE
 from trtllm_bench_rule import replica_batch_limit, settings_for_row
@@ -89,6 +90,7 @@ def estimate_argv(row: dict, batch: int, json_path: str) -> list[str]:
     role = "aggregated" if row["planner_mode"] == "static" else row["planner_role"]
     argv += ["--engine", row["planner_engine"], "--overlap", row["planner_overlap"]]
     argv += ["--redundant-experts", row.get("planner_redundant_experts") or "0"]
+    argv += placement_argv(row)
     if row.get("planner_prefill_chunk"):
         argv += ["--prefill-chunk", row["planner_prefill_chunk"]]
     if row.get("planner_speculative_tokens"):  # acceptance: the row's own measured length, else the model catalog's rates
