@@ -51,6 +51,7 @@ from pathlib import Path
 
 from fidelity_groups import by_family, by_regime, family_of, print_breakdown, regimes_of, targets
 from expert_placement_rule import placement_argv
+from fidelity_spread import print_spreads, regime_spreads, spread_yaml
 from fidelity_metrics import LATENCY_UNITS, compared_key, field, latency_metric, skip_reason, static_time_s
 from trtllm_bench_rule import RULE as TRTLLM_BENCH_RULE
 from trtllm_bench_rule import replica_batch_limit, settings_for_row
@@ -368,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="rows evaluated in parallel")
     parser.add_argument("--subprocess", action="store_true", help="one `python -m planner` process per planner call (slower)")
     parser.add_argument("--ids", help="only these comma-separated row ids")
+    parser.add_argument("--write-spread", metavar="YAML", help="write the end-to-end spread per regime (topologies/model_spread.yaml)")
     args = parser.parse_args(argv)
     ids = tuple(args.ids.split(",")) if args.ids else QUICK_IDS if args.quick else None
     paths = ALL_CSVS if args.all else tuple(Path(p) for p in args.published.split(","))
@@ -380,9 +382,15 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(results)
     summary.update(by_family=by_family(results), by_regime=by_regime(results),
                    targets=[{"target": t, "value": v, "met": m} for t, v, m in targets(results)])
+    spreads = regime_spreads(results)
+    summary.update(spread=spreads)
     print_report(results, summary)
     print_breakdown(results)
+    print_spreads(spreads)
     write_outputs(results, summary, args.json, args.csv)
+    if args.write_spread:
+        Path(args.write_spread).write_text(spread_yaml(spreads, "python benchmarks/fidelity.py " + " ".join(argv if argv is not None else sys.argv[1:])))
+        print(f"wrote {args.write_spread}")
     return 0
 
 

@@ -39,6 +39,7 @@ from planner.physics.prefill import PrefillPass, packed_prompts
 from planner.physics.roofline import StepTime, step_total_s
 from planner.physics.stages import Stages, stages
 from planner.physics.step_parts import StepContext, StepTerms
+from planner.physics.uncertainty import FIRST_TOKEN, decode_regime, widen
 
 __all__ = ["PAGED_KV_HEADROOM", "BatchTable", "FixedParts", "evaluate_batches", "fixed_parts", "kv_reservation", "step_context"]
 
@@ -277,6 +278,13 @@ def _with_rider_attention(ctx: StepContext, step: StepTerms, tokens_rank: np.nda
     return replace(step, compute=step.compute + per_pass * pf.terms.compute, kv=step.kv + per_pass * pf.terms.kv)
 
 
+def _stated(model: StepModel, low, high, regime: str) -> tuple[np.ndarray, np.ndarray]:
+    """A calibrated prediction's stated range (physics.uncertainty); the ideal roofline has none."""
+    if model is not StepModel.CALIBRATED:
+        return np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+    return widen(low, high, regime)
+
+
 @dataclass(frozen=True)
 class FixedParts:
     """What a layout's table needs that does not depend on the batch: the step context and a full
@@ -303,6 +311,8 @@ def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Fix
     model = StepModel.CALIBRATED if ctx.calibrated else StepModel.ROOFLINE
     pf = prefill_with_draft(ctx, np.array([float(max(packed_prompts(inp.input_tokens, inp.prefill_chunk_tokens), 1))]))
     prefill_step = _slowest_step(pf.terms, inp, model)
+    low, high = _stated(model, prefill_step.low_ratio, prefill_step.high_ratio, FIRST_TOKEN)
+    prefill_step = prefill_step._replace(low_ratio=float(low), high_ratio=float(high))
     return FixedParts(ctx, model, pf, prefill_step, float(pf.tokens[0]) * lay.dp_attn / prefill_step.total_s,
                       _memory_per_stage(inp, ctx.st))
 
@@ -360,8 +370,11 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     stage_time = totals[rows, slowest]
     low, high = role.serving.low_ratio[rows, slowest], role.serving.high_ratio[rows, slowest]
     prefill = inp.role is ServingRole.PREFILL
-    tpot, tpot_low, tpot_high = ((decode_tpot, steps.pure.low_ratio[rows, decode_slowest], steps.pure.high_ratio[rows, decode_slowest])
-                                 if prefill else (per_token * stage_time, low, high))
+    decode_low, decode_high = _stated(model, steps.pure.low_ratio[rows, decode_slowest], steps.pure.high_ratio[rows, decode_slowest],
+                                      decode_regime(inp.arch.is_moe))
+    tpot, tpot_low, tpot_high = ((decode_tpot, decode_low, decode_high) if prefill
+                                 else (per_token * stage_time, *_stated(model, low, high, decode_regime(inp.arch.is_moe))))
+    ttft_low, ttft_high = _stated(model, low, high, FIRST_TOKEN)
     ttft, miss, hit = _first_token_of_role(inp, role, steps, stage_time, model)
     pass_rate = role.pass_tokens * lay.dp_attn / stage_time if prefill else np.full_like(batches, fixed.prefill_tokens_per_s)
     requests_per_s = pass_rate / inp.prefilled_tokens if prefill else batches / tpot / inp.output_tokens
@@ -373,9 +386,9 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
         batches=batches, compute_s=decode_at(steps.pure.compute), weights_s=decode_at(steps.pure.weights),
         kv_s=decode_at(steps.pure.kv), comm_s=decode_at(steps.pure.comm), overhead_s=decode_at(steps.pure.overhead),
         tpot_low_s=tpot * tpot_low, tpot_high_s=tpot * tpot_high,
-        decode_low_ratio=steps.pure.low_ratio[rows, decode_slowest], decode_high_ratio=steps.pure.high_ratio[rows, decode_slowest],
+        decode_low_ratio=decode_low, decode_high_ratio=decode_high,
         stage_time_s=stage_time, tpot_s=tpot, ttft_s=ttft.mean_s, ttft_p90_s=ttft.quantile_s, queue_s=ttft.wait_s,
-        miss_service_s=miss, hit_service_s=np.zeros_like(batches) if hit is None else hit, ttft_low_ratio=low, ttft_high_ratio=high,
+        miss_service_s=miss, hit_service_s=np.zeros_like(batches) if hit is None else hit, ttft_low_ratio=ttft_low, ttft_high_ratio=ttft_high,
         decode_tokens_per_s=batches / decode_tpot,
         serving_step=tuple(serving_at(term) for term in role.serving.as_tuple()), prefill_riders=steps.riders,
         pass_tokens=role.pass_tokens, pass_input_tokens_per_s=pass_rate,

@@ -165,8 +165,10 @@ def _model_notes(inp: DeploymentInputs, t: BatchTable, flops_per_s: float, bw: f
     overlap = "overlapped with the rest (two micro-batches)" if inp.overlap is OverlapPolicy.OVERLAPPED else "added to the rest"
     if t.step_model is StepModel.ROOFLINE:
         return roofline + [f"step model: roofline (ideal); communication {overlap}"]
-    return [f"step model: calibrated for {inp.engine} from measured kernel rates ({t.kernel_source}); every kernel class "
-            f"at its shape's rate plus its fixed time, communication {overlap}; the range is the fits' p10-p90"] + roofline
+    calibrated = (f"step model: calibrated for {inp.engine} from measured kernel rates ({t.kernel_source}); every kernel class "
+                  f"at its shape's rate plus its fixed time, communication {overlap}; the range (p10-p90) is the wider of the kernel "
+                  "rates' spread and the end-to-end spread of such predictions on published measurements (topologies/model_spread.yaml)")
+    return [calibrated, *roofline]
 
 
 QUEUEING = (f"TTFT for Poisson arrivals at this load: the mean wait for the step or pass in progress is half of it, "
