@@ -67,9 +67,15 @@ def _load(directory: Path) -> dict[str, RegimeSpread]:
     return {name: RegimeSpread(r.p10, r.p90, r.rows) for name, r in spec.regimes.items()}
 
 
+@functools.lru_cache(maxsize=1)
+def _shipped() -> dict[str, RegimeSpread]:
+    return _load(data_dir("topologies").resolve())
+
+
 def regime_spread(regime: str, directory: Path | None = None) -> RegimeSpread:
     """The end-to-end spread of `regime` (none, p10 = p90 = 1, when the file does not name it)."""
-    return _load((directory or data_dir("topologies")).resolve()).get(regime, RegimeSpread())
+    spreads = _shipped() if directory is None else _load(directory.resolve())
+    return spreads.get(regime, RegimeSpread())
 
 
 def decode_regime(is_moe: bool) -> str:
