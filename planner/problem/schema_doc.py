@@ -47,9 +47,11 @@ def _limits(node: dict) -> str:
     parts = []
     for n in nodes:
         for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"),
-                          ("minLength", "length >="), ("maxLength", "length <="), ("minItems", "items >="), ("maxItems", "items <=")):
+                          ("minLength", "length >="), ("maxLength", "length <="), ("minItems", "at least"), ("maxItems", "at most")):
             if key in n:
-                parts.append(f"{sign} {n[key]}")
+                parts.append(f"{sign} {n[key]}" + ((" item" if n[key] == 1 else " items") if key in ("minItems", "maxItems") else ""))
+        if isinstance(n.get("items"), dict) and (item := _limits(n["items"])):
+            parts.append(f"each {item}")
     return ", ".join(parts)
 
 
