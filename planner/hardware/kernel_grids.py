@@ -80,18 +80,31 @@ class Grid:
             return self.along(axis, coords[axis], (tuple(float(c) for i, c in enumerate(coords) if i != axis),))[0]
         return np.exp(interpolate(self.log_axes, self.log_correction, tuple(_log(c) for c in coords)))
 
+    @functools.cached_property
+    def _cells(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, ...]:
+        """Per axis, what `_cell` reads (interior nodes, lower nodes, node spacings), None for a one-node
+        axis: the same nodes and differences, taken once."""
+        return tuple((a[1:-1], a[:-1], a[1:] - a[:-1]) if len(a) > 1 else None for a in self.log_axes)
+
     def along(self, axis: int, x, others: tuple[tuple[float, ...], ...]) -> np.ndarray:
         """Factors at `x` on `axis`, one row per tuple of the other axes' coordinates: shape
-        (len(others), *shape(x)). Each row's line along `axis` is interpolated once and kept."""
+        (len(others), *shape(x)). Each row's line along `axis` is interpolated once and kept.
+        The same arithmetic as `_cell` and `interpolate` (searching the interior nodes gives the
+        clamped lower node directly; the upper node is the next one)."""
         key = (axis, others)
         lines = self._slices.get(key)
         if lines is None:
             lines = np.stack([self._line(axis, tuple(float(v) for v in other)) for other in others])
             if len(self._slices) < _SLICE_CACHE_LIMIT:
                 self._slices[key] = lines
-        i, w = _cell(self.log_axes[axis], _log(x))
-        upper = np.minimum(i + 1, lines.shape[1] - 1)
-        return np.exp(lines[:, i] * (1.0 - w) + lines[:, upper] * w)
+        cells = self._cells[axis]
+        log_x = _log(x)
+        if cells is None:
+            return np.exp(lines[:, np.zeros(np.shape(log_x), dtype=int)] * 1.0)
+        interior, lower, spacing = cells
+        i = np.searchsorted(interior, log_x, side="right")
+        w = np.minimum(np.maximum((log_x - lower[i]) / spacing[i], 0.0), 1.0)
+        return np.exp(lines[:, i] * (1.0 - w) + lines[:, i + 1] * w)
 
     def _line(self, axis: int, other: tuple) -> np.ndarray:
         line = self._slices.get((axis, other))

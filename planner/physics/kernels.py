@@ -12,6 +12,7 @@ All functions take numpy arrays (or floats) and return arrays of the broadcast s
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from planner.hardware.kernels import (
     Spread,
     grid_of,
 )
+from planner.hardware.kernel_grids import Grid
 
 __all__ = [
     "ELEMENTWISE_FIXED_S",
@@ -85,9 +87,10 @@ def total_kernel_time(parts: list[KernelTime]) -> KernelTime:
     return KernelTime(sum(p.compute_s for p in parts), sum(p.memory_s for p in parts), sum(p.fixed_s for p in parts), parts[0].spread)
 
 
-def _timed(t0_s: float, compute, memory, correction, count, spread: Spread, cold_s=None) -> KernelTime:
-    """count x (t0 + max(compute, memory)) x correction, at least count x cold_s; the first min(t0, t)
-    of each kernel is fixed, the rest goes to the larger bound (memory where the cold floor binds)."""
+def _split(t0_s, compute, memory, correction, scale, cold_s=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t0 + max(compute, memory)) x correction, at least cold_s, times `scale` (launches x the
+    spread's median): the first min(t0, t) of each kernel is fixed, the rest goes to the larger bound
+    (memory where the cold floor binds). Returns the compute, memory and fixed parts."""
     compute, memory = np.asarray(compute, dtype=float), np.asarray(memory, dtype=float)
     total = (t0_s + np.maximum(compute, memory)) * correction
     by_compute = compute > memory
@@ -95,32 +98,104 @@ def _timed(t0_s: float, compute, memory, correction, count, spread: Spread, cold
         by_compute = by_compute & (total >= cold_s)
         total = np.maximum(total, cold_s)
     fixed = np.minimum(t0_s, total)
-    scale = count * spread.p50
     rest = (total - fixed) * scale
     on_compute = rest * by_compute
-    return KernelTime(on_compute, rest - on_compute, fixed * scale + 0.0 * rest, spread)
+    return on_compute, rest - on_compute, fixed * scale + 0.0 * rest
+
+
+def _timed(t0_s: float, compute, memory, correction, count, spread: Spread, cold_s=None) -> KernelTime:
+    """count x (t0 + max(compute, memory)) x correction, at least count x cold_s (`_split`)."""
+    return KernelTime(*_split(t0_s, compute, memory, correction, count * spread.p50, cold_s), spread)
+
+
+class GemmPart(NamedTuple):
+    """Dense GEMMs of one format: `count` launches per stage of each (n, k) (arrays of S shapes, count
+    (S, pp); or one shape, count (pp,)); `key` their ((n, k), ...) when the caller keeps it (the grid
+    caches its lines by it)."""
+
+    curve: Ramp
+    n: np.ndarray
+    k: np.ndarray
+    count: np.ndarray
+    peak_flops_per_s: float
+    weight_bytes: float
+    activation_bytes: float
+    key: tuple | None = None
+
+
+@dataclass(frozen=True)
+class DenseGemms:
+    """GemmParts side by side, priced in one evaluation: per shape, its (n, k) and its part's curve
+    constants as (S, 1, 1) arrays, and launches x the curve's median (S, 1, pp); `parts` lists each
+    part's (first shape, end, grid or None, key, spread)."""
+
+    n: np.ndarray
+    k: np.ndarray
+    weight_bytes: np.ndarray
+    activation_bytes: np.ndarray
+    peak_flops_per_s: np.ndarray
+    eta_max: np.ndarray
+    m_half: np.ndarray
+    eta_m: np.ndarray
+    t0_s: np.ndarray
+    cold_s: np.ndarray | None  # t0 + weight bytes / (BW eta_stream); -inf for a curve without eta_stream
+    scale: np.ndarray
+    hbm_bytes_per_s: float
+    parts: tuple[tuple[int, int, Grid | None, tuple, Spread], ...]
+
+
+def dense_gemms(parts: list[GemmPart], hbm_bytes_per_s: float) -> DenseGemms:
+    """The batch-independent side of `dense_gemm_time` for `parts` (in order)."""
+    columns: dict[str, list[np.ndarray]] = {}
+    index, start, streamed = [], 0, False
+    for p in parts:
+        n, k = np.asarray(p.n, dtype=float).reshape(-1, 1, 1), np.asarray(p.k, dtype=float).reshape(-1, 1, 1)
+        c = p.curve
+        _, _, weights = gemm_work(0.0, n, k, p.weight_bytes, p.activation_bytes)
+        cold = c.t0_s + weights / (hbm_bytes_per_s * c.eta_stream) if c.eta_stream else np.full(n.shape, -np.inf)
+        streamed = streamed or bool(c.eta_stream)
+        per_shape = {"n": n, "k": k, "cold_s": cold, "scale": np.asarray(p.count, dtype=float).reshape(len(n), 1, -1) * c.spread.p50}
+        for name, value in (("weight_bytes", p.weight_bytes), ("activation_bytes", p.activation_bytes), ("eta_max", c.eta_max),
+                            ("m_half", c.m_half), ("eta_m", c.eta_m), ("peak_flops_per_s", p.peak_flops_per_s), ("t0_s", c.t0_s)):
+            per_shape[name] = np.full(n.shape, float(value))
+        for name, value in per_shape.items():
+            columns.setdefault(name, []).append(value)
+        key = p.key or tuple(zip(n.ravel().tolist(), k.ravel().tolist(), strict=True))
+        index.append((start, start + len(n), grid_of(c), key, c.spread))
+        start += len(n)
+    arrays = {name: np.concatenate(values) if len(values) > 1 else values[0] for name, values in columns.items()}
+    arrays["cold_s"] = arrays["cold_s"] if streamed else None
+    return DenseGemms(**arrays, hbm_bytes_per_s=hbm_bytes_per_s, parts=tuple(index))
+
+
+def dense_gemm_time(g: DenseGemms, m, last_m=None) -> KernelTime:
+    """The GEMMs of `g` at m rows ((n, 1) or a float), the last part at `last_m` when given: each at its
+    measured rate and grid factor, at least its weights streamed from HBM; summed over each part's
+    shapes, then over the parts (the first part's spread)."""
+    rows = np.asarray(m, dtype=float)[None]
+    x = np.maximum(rows[0], 1e-9)
+    if last_m is not None:  # rows per shape, in C order like every array here (the sums over shapes below add in memory order)
+        first, end = g.parts[-1][:2]
+        rows = np.empty((end, *np.broadcast_shapes(rows.shape[1:], np.shape(last_m))))
+        rows[:first], rows[first:] = m, last_m
+    flops, n_bytes, _ = gemm_work(rows, g.n, g.k, g.weight_bytes, g.activation_bytes)
+    compute, memory = ramp_parts(flops, n_bytes, rows, g.eta_max, g.m_half, g.eta_m, g.peak_flops_per_s, g.hbm_bytes_per_s)
+    factors = []
+    for i, (first, end, grid, key, _) in enumerate(g.parts):
+        at = np.maximum(rows[first], 1e-9) if last_m is not None and i == len(g.parts) - 1 else x
+        factors.append(grid.along(0, at, key) if grid is not None else np.ones((end - first, *np.shape(at))))
+    correction = np.concatenate(factors) if len(factors) > 1 else factors[0]
+    parts = _split(g.t0_s, compute, memory, correction, g.scale, g.cold_s)
+    sums = [[term[first:end].sum(axis=0) for term in parts] for first, end, *_ in g.parts]
+    return KernelTime(*(sum(s[j] for s in sums) for j in range(3)), g.parts[0][4])
 
 
 def gemm_kernel(curve: Ramp, m, n, k, count, peak_flops_per_s: float, hbm_bytes_per_s: float, weight_bytes: float,
                 activation_bytes: float, key: tuple | None = None) -> KernelTime:
-    """Dense GEMMs of one format at their measured rates, summed over shapes: `count` launches of each
-    (n, k) (arrays of S shapes, count (S, pp); or one shape, count (pp,)) at m rows, each at least its
-    weights streamed from HBM at the measured streaming rate. `key`: the shapes' ((n, k), ...) when
-    the caller keeps it (the grid caches its lines by it)."""
-    n, k = np.asarray(n, dtype=float).reshape(-1, 1, 1), np.asarray(k, dtype=float).reshape(-1, 1, 1)
-    count = np.asarray(count, dtype=float).reshape(len(n), 1, -1)
-    rows = np.asarray(m, dtype=float)[None]
-    flops, n_bytes, weights = gemm_work(rows, n, k, weight_bytes, activation_bytes)
-    compute, memory = ramp_parts(flops, n_bytes, rows, curve.eta_max, curve.m_half, curve.eta_m, peak_flops_per_s, hbm_bytes_per_s)
-    grid = grid_of(curve)
-    if grid is not None:
-        key = key or tuple(zip(n.ravel().tolist(), k.ravel().tolist(), strict=True))
-        correction = grid.along(0, np.maximum(rows[0], 1e-9), key)
-    else:
-        correction = 1.0
-    cold = curve.t0_s + weights / (hbm_bytes_per_s * curve.eta_stream) if curve.eta_stream else None
-    t = _timed(curve.t0_s, compute, memory, correction, count, curve.spread, cold)
-    return KernelTime(t.compute_s.sum(axis=0), t.memory_s.sum(axis=0), t.fixed_s.sum(axis=0), t.spread)
+    """Dense GEMMs of one format at their measured rates, summed over shapes (`dense_gemm_time` of one
+    GemmPart)."""
+    return dense_gemm_time(dense_gemms([GemmPart(curve, n, k, count, peak_flops_per_s, weight_bytes, activation_bytes, key)],
+                                       hbm_bytes_per_s), m)
 
 
 @dataclass(frozen=True)

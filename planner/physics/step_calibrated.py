@@ -17,13 +17,16 @@ from planner.model.architecture import (
 )
 from planner.modes import Engine
 from planner.physics.kernels import (
+    DenseGemms,
     ExpertShape,
+    GemmPart,
     KernelTime,
     all_reduce_kernel,
     all_to_all_kernel,
     decode_attention_kernel,
+    dense_gemm_time,
+    dense_gemms,
     elementwise_kernel,
-    gemm_kernel,
     moe_kernel,
     total_kernel_time,
 )
@@ -73,6 +76,26 @@ def _peak(ctx: StepContext, fmt) -> float:
     return accel.dense_flops_per_s.get(fmt, max(accel.dense_flops_per_s.values()))
 
 
+def _dense_gemms(ctx: StepContext, head_rows_apart: bool) -> DenseGemms:
+    """Every dense GEMM of a stage, the weights' format then bf16 (routers, the LM head), with the LM
+    head as a part of its own when it runs at its own rows."""
+    inp, rates = ctx.inp, ctx.rates
+    arch, lay, prec = inp.arch, inp.layout, inp.precisions
+    bw, fmt = inp.rack.accelerator.hbm_bandwidth_bytes_per_s, prec.compute
+    curve, bf16 = rates.gemm_curve(_gemm_format(ctx, str(fmt))), rates.gemm_curve("bf16")
+    peak, peak_bf16, b_bf16 = _peak(ctx, fmt), _peak(ctx, FlopsFormat.BF16), bytes_per_value(Precision.BF16)
+    parts = []
+    for bf16_shapes in (False, True):
+        group = gemm_groups(arch, lay.pp, lay.tp, bf16_shapes, not head_rows_apart)
+        if group is not None:
+            args = (bf16, peak_bf16, b_bf16) if bf16_shapes else (curve, peak, prec.weight_bytes)
+            parts.append(GemmPart(args[0], group.n, group.k, group.count, args[1], args[2], args[2], group.key))
+    if head_rows_apart:  # the LM head at one row per sequence that emits a token
+        head = next(g for g in gemm_shapes(arch, lay.pp, lay.tp) if g.name == "lm head")
+        parts.append(GemmPart(bf16, head.n, head.k, head.count, peak_bf16, b_bf16, b_bf16))
+    return dense_gemms(parts, bw)
+
+
 def gemm_classes(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.ndarray, head_rows: np.ndarray | None = None,
                  mode: str = "normal") -> tuple[list[KernelTime], np.ndarray]:
     """Every dense GEMM of a stage at its own (n, k) and `tokens_rank` rows (the LM head at `head_rows`,
@@ -82,20 +105,12 @@ def gemm_classes(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.nda
     inp, st, rates = ctx.inp, ctx.st, ctx.rates
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     bw, fmt = inp.rack.accelerator.hbm_bandwidth_bytes_per_s, prec.compute
-    curve, bf16 = rates.gemm_curve(_gemm_format(ctx, str(fmt))), rates.gemm_curve("bf16")
-    peak, peak_bf16, b_bf16 = _peak(ctx, fmt), _peak(ctx, FlopsFormat.BF16), bytes_per_value(Precision.BF16)
-    dense = []
-    for bf16_shapes in (False, True):
-        group = gemm_groups(arch, lay.pp, lay.tp, bf16_shapes, head_rows is None)
-        if group is not None:
-            args = (bf16, peak_bf16, b_bf16) if bf16_shapes else (curve, peak, prec.weight_bytes)
-            dense.append(gemm_kernel(args[0], tokens_rank, group.n, group.k, group.count, args[1], bw, args[2], args[2], group.key))
-    if head_rows is not None:  # the LM head at one row per sequence that emits a token
-        head = next(g for g in gemm_shapes(arch, lay.pp, lay.tp) if g.name == "lm head")
-        dense.append(gemm_kernel(bf16, head_rows, head.n, head.k, head.count, peak_bf16, bw, b_bf16, b_bf16))
-    classes = [total_kernel_time(dense)]
+    apart = head_rows is not None
+    dense = ctx.shared("dense gemms", (lay.pp, lay.tp, apart), lambda: _dense_gemms(ctx, apart))
+    classes = [dense_gemm_time(dense, tokens_rank, head_rows)]
     touch = touch_fraction(arch, tokens_stage)
     if arch.is_moe:
+        peak = _peak(ctx, fmt)
         moe, expert_fmt = arch.moe, _expert_format(ctx)
         shape = ExpertShape(arch.hidden_size, moe.expert_intermediate_size, moe.experts_per_token, moe.n_routed_experts, lay.expert_tp, lay.ep,
                             inp.expert_slot_factor)

@@ -5,7 +5,7 @@ over the graph's links, the pipeline hand-off, the KV and expert bytes a step re
 Arrays have shape (n_batches, pp); token counts come in as (n, 1).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +34,22 @@ ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style t
 DISPATCH_AND_COMBINE = 2  # an expert all-to-all goes out (dispatch) and comes back (combine)
 
 
+_KEPT: dict[tuple, tuple] = {}
+KEPT_ENTRIES = 8192  # what several contexts share (`StepContext.shared`); emptied when full
+
+
+def _kept(kind: str, anchors: tuple, values: tuple, build):
+    """`build()` kept under `kind`, the identities of the catalog objects `anchors` (held by the
+    entry, so that no other object takes their ids while it lives) and the hashable `values`."""
+    key = (kind, values, *map(id, anchors))
+    hit = _KEPT.get(key)
+    if hit is None:
+        if len(_KEPT) >= KEPT_ENTRIES:
+            _KEPT.clear()
+        hit = _KEPT[key] = (anchors, build())
+    return hit[1]
+
+
 @dataclass(frozen=True)
 class StepContext:
     """What every term of one deployment needs, computed once."""
@@ -45,11 +61,28 @@ class StepContext:
     flops_per_s: float  # roofline: achievable FLOP/s at the compute format
     hbm_bytes_per_s: float  # roofline: achievable HBM bandwidth
     rates: KernelRates | None  # calibrated curves (None: the roofline is used)
+    # what the step's kernels need that depends on this context alone, kept by the functions that
+    # build it (`memo`): every batch of every table of the context reuses it
+    cache: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # the curves bound to this deployment's attention heads per rank (prefill attention needs them)
         if self.rates is not None and self.rates.heads is None:
-            object.__setattr__(self, "rates", self.rates.with_heads(attention_heads_per_rank(self.inp.arch, self.inp.layout.tp)))
+            heads = attention_heads_per_rank(self.inp.arch, self.inp.layout.tp)
+            object.__setattr__(self, "rates", _kept("heads", (self.rates,), heads, lambda: self.rates.with_heads(heads)))
+
+    def memo(self, key, build):
+        """`build()` for this context, computed on first use and kept."""
+        value = self.cache.get(key)
+        if value is None:
+            value = self.cache[key] = build()
+        return value
+
+    def shared(self, kind: str, values: tuple, build):
+        """`build()` kept for every context on the same model, rack, formats, overheads and kernel curves
+        (the same catalog objects) whose `values` (what else `build` reads) are equal."""
+        inp = self.inp
+        return _kept(kind, (inp.arch, inp.rack, inp.precisions, inp.overheads, self.rates), values, build)
 
     @property
     def calibrated(self) -> bool:

@@ -27,7 +27,7 @@ the chosen counts (the mean alone is the bound no choice of counts can beat).
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -332,10 +332,18 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
         return [row[r * slots_per_rank:(r + 1) * slots_per_rank] for r in range(n_ranks)]
 
     layers = []
+    placed: dict[bytes, LayerPlacement] = {}  # greedy placements from scratch, by the layer's loads (uniform profiles repeat them)
     for k, i in enumerate(moe_layers):  # each layer gets an equal share of what is left, so the total stays within the limit
+        key = np.asarray(loads[k], dtype=float).tobytes() if method == "greedy" and previous is None else None
+        same = placed.get(key) if key is not None else None
+        if same is not None:  # the same loads place the same way: the search is deterministic
+            layers.append(replace(same, layer=i))
+            continue
         share_s = max(0.0, deadline - time.perf_counter()) / (len(moe_layers) - k)
         layers.append(_layer(i, loads[k], n_ranks, slots_per_rank, method, share_s, workers, previous=before(i), budget=max_moves_per_layer,
                              grouped=grouped))
+        if key is not None:
+            placed[key] = layers[-1]
     layers = tuple(layers)
     label = {"greedy": "replica-count search + LPT + swap search", "cpsat": "replica-count search + LPT + swap search + CP-SAT"}[method]
     if grouped is not None:
