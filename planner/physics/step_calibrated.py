@@ -8,9 +8,11 @@ message sizes. Each kernel's time is attributed to the term that bounds it, fixe
 Arrays have shape (n_batches, pp); token counts come in as (n, 1).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
-from planner.hardware.kernels import Spread
+from planner.hardware.kernels import AllToAll, Ramp, Spread
 from planner.model.architecture import (
     AttentionKind,
     kv_bytes_per_token_per_layer,
@@ -96,30 +98,55 @@ def _dense_gemms(ctx: StepContext, head_rows_apart: bool) -> DenseGemms:
     return dense_gemms(parts, bw)
 
 
+class _Experts(NamedTuple):
+    """The grouped expert GEMMs' curve and shape, the compute peak and the streaming rate."""
+
+    curve: Ramp
+    shape: ExpertShape
+    peak_flops_per_s: float
+    eta_stream: float
+
+
+def _experts(ctx: StepContext, mode: str) -> _Experts:
+    inp, rates = ctx.inp, ctx.rates
+    arch, lay = inp.arch, inp.layout
+    moe, expert_fmt = arch.moe, _expert_format(ctx)
+    shape = ExpertShape(arch.hidden_size, moe.expert_intermediate_size, moe.experts_per_token, moe.n_routed_experts, lay.expert_tp, lay.ep,
+                        inp.expert_slot_factor)
+    dispatched = lay.ep > 1 and lay.dp_attn > 1  # tokens go out to the experts' ranks over DeepEP (see calibrated_comm)
+    curve = rates.moe_curve(expert_fmt, inp.routing, mode if dispatched else None)
+    return _Experts(curve, shape, _peak(ctx, inp.precisions.compute), rates.gemm_curve(expert_fmt).eta_stream)
+
+
 def gemm_classes(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.ndarray, head_rows: np.ndarray | None = None,
                  mode: str = "normal") -> tuple[list[KernelTime], np.ndarray]:
     """Every dense GEMM of a stage at its own (n, k) and `tokens_rank` rows (the LM head at `head_rows`,
     the sequences that emit a token, when given), as one class; the grouped expert GEMMs at the model's
     expert shape and `tokens_stage` entering each MoE layer (behind DeepEP in `mode`, low_latency for
     decode or normal for prefill, when tokens are dispatched); and the expert touch fraction."""
-    inp, st, rates = ctx.inp, ctx.st, ctx.rates
+    inp, st = ctx.inp, ctx.st
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
-    bw, fmt = inp.rack.accelerator.hbm_bandwidth_bytes_per_s, prec.compute
     apart = head_rows is not None
     dense = ctx.shared("dense gemms", (lay.pp, lay.tp, apart), lambda: _dense_gemms(ctx, apart))
     classes = [dense_gemm_time(dense, tokens_rank, head_rows)]
     touch = touch_fraction(arch, tokens_stage)
     if arch.is_moe:
-        peak = _peak(ctx, fmt)
-        moe, expert_fmt = arch.moe, _expert_format(ctx)
-        shape = ExpertShape(arch.hidden_size, moe.expert_intermediate_size, moe.experts_per_token, moe.n_routed_experts, lay.expert_tp, lay.ep,
-                            inp.expert_slot_factor)
-        stream = rates.gemm_curve(expert_fmt).eta_stream
-        dispatched = lay.ep > 1 and lay.dp_attn > 1  # tokens go out to the experts' ranks over DeepEP (see calibrated_comm)
-        curve = rates.moe_curve(expert_fmt, inp.routing, mode if dispatched else None)
-        classes.append(moe_kernel(curve, tokens_stage, shape, st.n_moe_layers, peak, bw,
-                                  prec.expert_weight_bytes, inp.expert_imbalance, stream))
+        x = ctx.shared("experts", (lay, inp.expert_slot_factor, inp.routing, mode), lambda: _experts(ctx, mode))
+        classes.append(moe_kernel(x.curve, tokens_stage, x.shape, st.n_moe_layers, x.peak_flops_per_s, inp.rack.accelerator.hbm_bandwidth_bytes_per_s,
+                                  prec.expert_weight_bytes, inp.expert_imbalance, x.eta_stream))
     return classes, touch
+
+
+def _attention(ctx: StepContext) -> tuple:
+    """Decode attention's curve, heads per rank, KV bytes per token and layer on a rank, and (KV length,
+    layers per stage) of each window at the mean context (input + output / 2)."""
+    inp = ctx.inp
+    arch, prec = inp.arch, inp.precisions
+    curve = ctx.rates.decode_attention_curve(str(prec.kv_cache if prec.kv_cache is not Precision.FP16 else "bf16"),
+                                             arch.attention.kind is AttentionKind.MLA)
+    heads = attention_heads_per_rank(arch, inp.layout.tp)
+    per_token = kv_bytes_per_token_per_layer(arch, prec.kv_bytes) * kv_shard_fraction(arch, inp.layout.tp)
+    return curve, heads, per_token, window_groups(arch, inp.layout.pp, float(inp.input_tokens + inp.output_tokens / 2))
 
 
 def decode_attention(ctx: StepContext, per_rank: np.ndarray, queries: float = 1.0) -> KernelTime:
@@ -128,27 +155,33 @@ def decode_attention(ctx: StepContext, per_rank: np.ndarray, queries: float = 1.
     the `queries` tokens of each sequence (speculative verification), whose query work counts as that
     many sequences."""
     inp = ctx.inp
-    arch, prec = inp.arch, inp.precisions
-    curve = ctx.rates.decode_attention_curve(str(prec.kv_cache if prec.kv_cache is not Precision.FP16 else "bf16"),
-                                             arch.attention.kind is AttentionKind.MLA)
-    heads = attention_heads_per_rank(arch, inp.layout.tp)
-    per_token = kv_bytes_per_token_per_layer(arch, prec.kv_bytes) * kv_shard_fraction(arch, inp.layout.tp)
-    parts = [decode_attention_kernel(curve, per_rank * queries, length, heads, per_rank * length * per_token, layers,
+    curve, heads, per_token, windows = ctx.shared("decode attention", (inp.layout.pp, inp.layout.tp, inp.input_tokens, inp.output_tokens),
+                                                  lambda: _attention(ctx))
+    sequences = per_rank if queries == 1 else per_rank * queries
+    parts = [decode_attention_kernel(curve, sequences, length, heads, per_rank * length * per_token, layers,
                                      inp.rack.accelerator.hbm_bandwidth_bytes_per_s)
-             for length, layers in window_groups(arch, inp.layout.pp, float(inp.input_tokens + inp.output_tokens / 2))]
+             for length, layers in windows]
     return total_kernel_time(parts)
+
+
+def _elementwise_bytes(ctx: StepContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per token on each stage: bytes of the norms and activations, of the embedding and of the logits'
+    softmax and sampling; and the elementwise ops of a pass."""
+    inp, st = ctx.inp, ctx.st
+    arch, lay, act = inp.arch, inp.layout, inp.precisions.activation_bytes
+    embedding = np.where(st.is_first, 2 * arch.hidden_size * act, 0.0)
+    sampling = np.where(st.is_last, SAMPLING_OPS * LOGITS_BYTES_PER_VALUE * arch.vocab_size / lay.tp, 0.0)
+    ops = ELEMENTWISE_OPS_PER_LAYER * st.n_layers + np.where(st.is_first, 1, 0) + np.where(st.is_last, SAMPLING_OPS, 0)
+    return elementwise_bytes_per_token(arch, st, lay.tp, act), embedding, sampling, ops
 
 
 def elementwise(ctx: StepContext, tokens_rank: np.ndarray) -> KernelTime:
     """Norms and activations of every layer, the embedding on the first stage and the logits
     softmax and sampling on the last."""
-    inp, st = ctx.inp, ctx.st
-    arch, lay, act = inp.arch, inp.layout, inp.precisions.activation_bytes
-    layers = elementwise_bytes_per_token(arch, st, lay.tp, act) * tokens_rank
-    embedding = np.where(st.is_first, 2 * arch.hidden_size * act, 0.0) * tokens_rank
-    sampling = np.where(st.is_last, SAMPLING_OPS * LOGITS_BYTES_PER_VALUE * arch.vocab_size / lay.tp, 0.0) * tokens_rank
-    ops = ELEMENTWISE_OPS_PER_LAYER * st.n_layers + np.where(st.is_first, 1, 0) + np.where(st.is_last, SAMPLING_OPS, 0)
-    return elementwise_kernel(layers + embedding + sampling, ops, inp.rack.accelerator.hbm_bandwidth_bytes_per_s)
+    lay = ctx.inp.layout
+    layers, embedding, sampling, ops = ctx.shared("elementwise", (lay.pp, lay.tp), lambda: _elementwise_bytes(ctx))
+    return elementwise_kernel(layers * tokens_rank + embedding * tokens_rank + sampling * tokens_rank, ops,
+                              ctx.inp.rack.accelerator.hbm_bandwidth_bytes_per_s)
 
 
 def _stage_domains(ctx: StepContext) -> int:
@@ -156,9 +189,19 @@ def _stage_domains(ctx: StepContext) -> int:
     return -(-ctx.inp.layout.stage_size // ctx.inp.rack.n_accelerators) if ctx.links.stage.spans_domains else 1
 
 
-def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tuple[np.ndarray, Spread]:
-    """Dispatch and combine of every MoE layer of a stage with the engine's all-to-all kernels: copies for another domain
-    cross the NICs ('normal' mode: once per domain hit, DeepEP forwards in the node; group-limited routing caps the domains)."""
+class _Exchange(NamedTuple):
+    """A stage's expert all-to-all: dispatch and combine curves (None: not measured for the engine),
+    copies per token within and across scale-up domains, bytes per copy, NIC rate, grid key."""
+
+    curves: tuple[AllToAll | None, AllToAll | None]
+    local: float
+    remote: float
+    per_copy: tuple[float, float]
+    nic_bytes_per_s: float
+    key: tuple[float, float, float]
+
+
+def _exchange(ctx: StepContext, mode: str) -> _Exchange:
     inp, rates = ctx.inp, ctx.rates
     arch, lay = inp.arch, inp.layout
     copies = arch.moe.experts_per_token if lay.ep > 1 else 1
@@ -170,17 +213,26 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
     local = copies * (lay.stage_size - 1) / lay.stage_size - copies * (domains - 1) / domains
     dispatch_bytes = arch.hidden_size * (1.0 if inp.engine in FP8_DISPATCH_ENGINES and inp.precisions.compute != "bf16"
                                          else inp.precisions.activation_bytes)
-    combine_bytes = arch.hidden_size * inp.precisions.activation_bytes
     accel = inp.rack.accelerator
-    nic = accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction
-    curves = [rates.all_to_all_curve(mode, phase) or rates.all_to_all_curve("normal", phase) for phase in ("dispatch", "combine")]
-    if None in curves:  # the engine has no all-to-all table here: the exchange over the graph's links
+    curves = tuple(rates.all_to_all_curve(mode, phase) or rates.all_to_all_curve("normal", phase) for phase in ("dispatch", "combine"))
+    return _Exchange(curves, local, remote, (dispatch_bytes, arch.hidden_size * inp.precisions.activation_bytes),
+                     accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction,
+                     (arch.hidden_size, arch.moe.experts_per_token, arch.moe.n_routed_experts))
+
+
+def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tuple[np.ndarray, Spread]:
+    """Dispatch and combine of every MoE layer of a stage with the engine's all-to-all kernels: copies for another domain
+    cross the NICs ('normal' mode: once per domain hit, DeepEP forwards in the node; group-limited routing caps the domains)."""
+    inp = ctx.inp
+    lay = inp.layout
+    x = ctx.shared("exchange", (lay, mode, inp.engine, inp.expert_groups_local, ctx.links.stage), lambda: _exchange(ctx, mode))
+    if None in x.curves:  # the engine has no all-to-all table here: the exchange over the graph's links
         return roofline_exchange(ctx, tokens_rank * lay.dp_attn), Spread()
     tokens = tokens_rank * inp.expert_imbalance * lay.expert_tp
-    key = (arch.hidden_size, arch.moe.experts_per_token, arch.moe.n_routed_experts)
-    total = sum(all_to_all_kernel(curve, tokens_rank, key, tokens * local * per_copy, tokens * remote * per_copy, nic, ctx.st.n_moe_layers)
-                for curve, per_copy in zip(curves, (dispatch_bytes, combine_bytes), strict=True))
-    return total, curves[-1].spread
+    local, remote = tokens * x.local, tokens * x.remote
+    total = sum(all_to_all_kernel(curve, tokens_rank, x.key, local * per_copy, remote * per_copy, x.nic_bytes_per_s, ctx.st.n_moe_layers)
+                for curve, per_copy in zip(x.curves, x.per_copy, strict=True))
+    return total, x.curves[-1].spread
 
 
 def calibrated_comm(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.ndarray, mode: str) -> tuple[np.ndarray, Spread]:
@@ -193,7 +245,7 @@ def calibrated_comm(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.
     inp = ctx.inp
     lay = inp.layout
     message = tokens_rank * inp.arch.hidden_size * inp.precisions.activation_bytes
-    calls = all_reduces_per_stage(ctx)
+    calls = ctx.memo("all-reduces", lambda: all_reduces_per_stage(ctx))
     ideal = calls * all_reduce_time_s(message, lay.tp, ctx.eff.tp_bytes_per_s, ctx.eff.latency_s)
     spread = Spread()
     if lay.tp > 1 and not ctx.links.tp.spans_domains:
@@ -205,21 +257,39 @@ def calibrated_comm(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.
     if moe_exchange(ctx):
         exchange, spread = _expert_exchange(ctx, tokens_rank, mode)
         comm = comm + exchange
-    return comm + pp_send(ctx, tokens_stage), spread
+    return (comm + pp_send(ctx, tokens_stage) if lay.pp > 1 else comm), spread  # one stage hands nothing on
+
+
+def _times(value: np.ndarray, factor: float) -> np.ndarray:
+    """value x factor (value itself when the factor is 1: the same numbers)."""
+    return value if factor == 1.0 else value * factor
+
+
+def _over(value: np.ndarray, divisor: float) -> np.ndarray:
+    """value / divisor (value itself when the divisor is 1: the same numbers)."""
+    return value if divisor == 1.0 else value / divisor
 
 
 def combine(classes: list[KernelTime], comm: np.ndarray, comm_spread: Spread) -> StepTerms:
     """Attribute each class's time to its bound (GEMM memory -> weights, attention memory -> kv,
-    fixed times and elementwise work -> overhead) and the range of the sum."""
-    gemm, attention, elementwise = classes[:-2], classes[-2], classes[-1]
-    compute = sum(c.compute_s for c in gemm) + attention.compute_s
-    weights = sum(c.memory_s for c in gemm)
+    fixed times and elementwise work -> overhead) and the range of the sum (each class's time scaled
+    by its spread's p10 and p90 over its median)."""
+    gemm, attention = classes[:-2], classes[-2]
+    totals = [c.total_s for c in classes]
+    compute, weights, fixed = gemm[0].compute_s, gemm[0].memory_s, gemm[0].fixed_s
+    for c in gemm[1:]:
+        compute, weights, fixed = compute + c.compute_s, weights + c.memory_s, fixed + c.fixed_s
+    compute = compute + attention.compute_s
     kv = attention.memory_s
-    overhead = sum(c.fixed_s for c in gemm) + attention.fixed_s + elementwise.total_s
+    overhead = fixed + attention.fixed_s + totals[-1]
     total = compute + weights + kv + overhead + comm
-    ranges = [c.range_s() for c in classes]
-    low = sum(r[0] for r in ranges) + comm * comm_spread.p10 / comm_spread.p50
-    high = sum(r[1] for r in ranges) + comm * comm_spread.p90 / comm_spread.p50
+    low = high = None
+    for t, c in zip(totals, classes, strict=True):
+        scale = _over(t, c.spread.p50)
+        low = _times(scale, c.spread.p10) if low is None else low + _times(scale, c.spread.p10)
+        high = _times(scale, c.spread.p90) if high is None else high + _times(scale, c.spread.p90)
+    low = low + _over(_times(comm, comm_spread.p10), comm_spread.p50)
+    high = high + _over(_times(comm, comm_spread.p90), comm_spread.p50)
     safe = np.where(total > 0, total, 1.0)
     return StepTerms(compute, weights, kv, comm, overhead, low / safe, high / safe)
 
@@ -229,9 +299,12 @@ def calibrated_decode(ctx: StepContext, micro_batch: np.ndarray, per_rank: np.nd
     """A decode micro-batch step: `per_rank` sequences on each attention rank, `extra` prompt tokens
     riding on the stage, `rank_extra` of them on the slowest attention rank (all (n, 1)); each
     sequence runs `queries` tokens (1 + the draft tokens a speculative step verifies)."""
-    tokens_rank = per_rank * queries + rank_extra
-    classes, touch = gemm_classes(ctx, tokens_rank, micro_batch * queries + extra, head_rows=per_rank * queries, mode="low_latency")
+    rows = per_rank if queries == 1 else per_rank * queries  # x 1 is the same numbers
+    tokens_rank = rows + rank_extra
+    tokens_stage = (micro_batch if queries == 1 else micro_batch * queries) + extra
+    classes, touch = gemm_classes(ctx, tokens_rank, tokens_stage, head_rows=rows, mode="low_latency")
     classes.append(decode_attention(ctx, per_rank, queries))
     classes.append(elementwise(ctx, tokens_rank))
-    comm, spread = calibrated_comm(ctx, tokens_rank, micro_batch * queries + extra, "low_latency")
-    return combine(classes, comm * np.ones_like(classes[0].total_s), spread), touch[:, 0]
+    comm, spread = calibrated_comm(ctx, tokens_rank, tokens_stage, "low_latency")
+    shape = classes[0].compute_s.shape
+    return combine(classes, comm if comm.shape == shape else comm * np.ones(shape), spread), touch[:, 0]
