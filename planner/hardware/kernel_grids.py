@@ -22,10 +22,11 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Grid", "GridRef", "GridSet", "interpolate", "read_grid_file", "write_grid_file"]
+__all__ = ["Cells", "Grid", "GridRef", "GridSet", "cell", "interpolate", "log_of", "on_lines", "read_grid_file", "write_grid_file"]
 
 _SLICE_CACHE_LIMIT = 4096  # 1-D slices kept per grid (queries that vary along one axis only)
 INT8_STEPS = 127  # a grid file stores log factors as int8 multiples of a per-grid step
@@ -35,6 +36,9 @@ def _log(values) -> np.ndarray:
     return np.log(np.maximum(np.asarray(values, dtype=float), 1e-300))
 
 
+log_of = _log  # what a grid query takes its coordinates' logarithms with
+
+
 def _cell(log_axis: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Lower node index and weight of the upper node for `x` on one axis, clamped to the axis."""
     if len(log_axis) == 1:
@@ -42,6 +46,39 @@ def _cell(log_axis: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     i = np.minimum(np.maximum(np.searchsorted(log_axis, x, side="right") - 1, 0), len(log_axis) - 2)
     w = np.minimum(np.maximum((x - log_axis[i]) / (log_axis[i + 1] - log_axis[i]), 0.0), 1.0)
     return i, w
+
+
+class Cells(NamedTuple):
+    """One axis's nodes as a line interpolation reads them (log space): the interior nodes (searching
+    them gives the lower node of the cell, clamped to the axis), every cell's lower node and width."""
+
+    interior: np.ndarray
+    lower: np.ndarray
+    spacing: np.ndarray
+
+
+_CELLS: dict[bytes, Cells] = {}  # one per distinct axis: grids on the same nodes share theirs
+
+
+def _cells_of(log_axis: np.ndarray) -> Cells | None:
+    if len(log_axis) < 2:
+        return None
+    key = log_axis.tobytes()
+    if key not in _CELLS:
+        _CELLS[key] = Cells(log_axis[1:-1], log_axis[:-1], log_axis[1:] - log_axis[:-1])
+    return _CELLS[key]
+
+
+def cell(cells: Cells, log_x) -> tuple[np.ndarray, np.ndarray]:
+    """`_cell` on an axis of two nodes or more: the lower node's index and the upper node's weight at `log_x`."""
+    i = cells.interior.searchsorted(log_x, side="right")
+    return i, np.minimum(np.maximum((log_x - cells.lower[i]) / cells.spacing[i], 0.0), 1.0)
+
+
+def on_lines(lines: np.ndarray, i: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Factors on each of `lines` (log factors at an axis's nodes, one row each) at the cells `i`, `w`:
+    shape (len(lines), *shape(i))."""
+    return np.exp(lines[:, i] * (1.0 - w) + lines[:, i + 1] * w)
 
 
 def interpolate(log_axes: tuple[np.ndarray, ...], values: np.ndarray, log_coords: tuple) -> np.ndarray:
@@ -81,30 +118,29 @@ class Grid:
         return np.exp(interpolate(self.log_axes, self.log_correction, tuple(_log(c) for c in coords)))
 
     @functools.cached_property
-    def _cells(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, ...]:
-        """Per axis, what `_cell` reads (interior nodes, lower nodes, node spacings), None for a one-node
-        axis: the same nodes and differences, taken once."""
-        return tuple((a[1:-1], a[:-1], a[1:] - a[:-1]) if len(a) > 1 else None for a in self.log_axes)
+    def cells(self) -> tuple[Cells | None, ...]:
+        """Each axis's `Cells` (None for a one-node axis), shared with every grid on the same nodes."""
+        return tuple(_cells_of(a) for a in self.log_axes)
 
-    def along(self, axis: int, x, others: tuple[tuple[float, ...], ...]) -> np.ndarray:
-        """Factors at `x` on `axis`, one row per tuple of the other axes' coordinates: shape
-        (len(others), *shape(x)). Each row's line along `axis` is interpolated once and kept.
-        The same arithmetic as `_cell` and `interpolate` (searching the interior nodes gives the
-        clamped lower node directly; the upper node is the next one)."""
+    def lines(self, axis: int, others: tuple[tuple[float, ...], ...]) -> np.ndarray:
+        """The log factors along `axis` at its nodes, one row per tuple of the other axes' coordinates;
+        each row is interpolated once and kept."""
         key = (axis, others)
         lines = self._slices.get(key)
         if lines is None:
             lines = np.stack([self._line(axis, tuple(float(v) for v in other)) for other in others])
             if len(self._slices) < _SLICE_CACHE_LIMIT:
                 self._slices[key] = lines
-        cells = self._cells[axis]
-        log_x = _log(x)
+        return lines
+
+    def along(self, axis: int, x, others: tuple[tuple[float, ...], ...]) -> np.ndarray:
+        """Factors at `x` on `axis`, one row per tuple of the other axes' coordinates: shape
+        (len(others), *shape(x)). The same arithmetic as `_cell` and `interpolate` (searching the
+        interior nodes gives the clamped lower node directly; the upper node is the next one)."""
+        lines, cells, log_x = self.lines(axis, others), self.cells[axis], _log(x)
         if cells is None:
             return np.exp(lines[:, np.zeros(np.shape(log_x), dtype=int)] * 1.0)
-        interior, lower, spacing = cells
-        i = np.searchsorted(interior, log_x, side="right")
-        w = np.minimum(np.maximum((log_x - lower[i]) / spacing[i], 0.0), 1.0)
-        return np.exp(lines[:, i] * (1.0 - w) + lines[:, i + 1] * w)
+        return on_lines(lines, *cell(cells, log_x))
 
     def _line(self, axis: int, other: tuple) -> np.ndarray:
         line = self._slices.get((axis, other))

@@ -37,7 +37,7 @@ from planner.hardware.kernels import (
     Spread,
     grid_of,
 )
-from planner.hardware.kernel_grids import Grid
+from planner.hardware.kernel_grids import Cells, cell, log_of, on_lines
 
 __all__ = [
     "ELEMENTWISE_FIXED_S",
@@ -100,7 +100,7 @@ def _split(t0_s, compute, memory, correction, scale, cold_s=None) -> tuple[np.nd
     fixed = np.minimum(t0_s, total)
     rest = (total - fixed) * scale
     on_compute = rest * by_compute
-    return on_compute, rest - on_compute, fixed * scale + 0.0 * rest
+    return on_compute, rest - on_compute, fixed * scale  # of rest's shape: fixed has total's, scale the rest
 
 
 def _timed(t0_s: float, compute, memory, correction, count, spread: Spread, cold_s=None) -> KernelTime:
@@ -127,7 +127,8 @@ class GemmPart(NamedTuple):
 class DenseGemms:
     """GemmParts side by side, priced in one evaluation: per shape, its (n, k) and its part's curve
     constants as (S, 1, 1) arrays, and launches x the curve's median (S, 1, pp); `parts` lists each
-    part's (first shape, end, grid or None, key, spread)."""
+    part's (first shape, end, spread); `factors` the shapes whose grid lines are read at the same rows
+    on the same nodes: (first, end, the nodes' Cells, their lines (None: no grid), at the last rows)."""
 
     n: np.ndarray
     k: np.ndarray
@@ -141,13 +142,31 @@ class DenseGemms:
     cold_s: np.ndarray | None  # t0 + weight bytes / (BW eta_stream); -inf for a curve without eta_stream
     scale: np.ndarray
     hbm_bytes_per_s: float
-    parts: tuple[tuple[int, int, Grid | None, tuple, Spread], ...]
+    parts: tuple[tuple[int, int, Spread], ...]
+    factors: tuple[tuple[int, int, Cells | None, np.ndarray | None, bool], ...]
 
 
-def dense_gemms(parts: list[GemmPart], hbm_bytes_per_s: float) -> DenseGemms:
-    """The batch-independent side of `dense_gemm_time` for `parts` (in order)."""
+def _factor_groups(parts: list[GemmPart], sizes: list[int], last_apart: bool) -> tuple:
+    """Consecutive parts whose grids share their row nodes (and rows), their lines stacked."""
+    groups, start = [], 0
+    for j, (p, size) in enumerate(zip(parts, sizes, strict=True)):
+        grid, last = grid_of(p.curve), last_apart and j == len(parts) - 1
+        cells = grid.cells[0] if grid is not None else None
+        lines = grid.lines(0, p.key) if grid is not None else None
+        prev = groups[-1] if groups else None
+        if prev is not None and lines is not None and prev[3] is not None and prev[2] is cells and prev[4] == last:
+            groups[-1] = (prev[0], start + size, cells, np.concatenate([prev[3], lines]), last)
+        else:
+            groups.append((start, start + size, cells, lines, last))
+        start += size
+    return tuple(groups)
+
+
+def dense_gemms(parts: list[GemmPart], hbm_bytes_per_s: float, last_apart: bool = False) -> DenseGemms:
+    """The batch-independent side of `dense_gemm_time` for `parts` (in order); `last_apart`: the last
+    part runs at rows of its own."""
     columns: dict[str, list[np.ndarray]] = {}
-    index, start, streamed = [], 0, False
+    index, start, streamed, keyed = [], 0, False, []
     for p in parts:
         n, k = np.asarray(p.n, dtype=float).reshape(-1, 1, 1), np.asarray(p.k, dtype=float).reshape(-1, 1, 1)
         c = p.curve
@@ -160,34 +179,49 @@ def dense_gemms(parts: list[GemmPart], hbm_bytes_per_s: float) -> DenseGemms:
             per_shape[name] = np.full(n.shape, float(value))
         for name, value in per_shape.items():
             columns.setdefault(name, []).append(value)
-        key = p.key or tuple(zip(n.ravel().tolist(), k.ravel().tolist(), strict=True))
-        index.append((start, start + len(n), grid_of(c), key, c.spread))
+        keyed.append(p._replace(key=p.key or tuple(zip(n.ravel().tolist(), k.ravel().tolist(), strict=True))))
+        index.append((start, start + len(n), c.spread))
         start += len(n)
     arrays = {name: np.concatenate(values) if len(values) > 1 else values[0] for name, values in columns.items()}
     arrays["cold_s"] = arrays["cold_s"] if streamed else None
-    return DenseGemms(**arrays, hbm_bytes_per_s=hbm_bytes_per_s, parts=tuple(index))
+    factors = _factor_groups(keyed, [end - first for first, end, _ in index], last_apart)
+    return DenseGemms(**arrays, hbm_bytes_per_s=hbm_bytes_per_s, parts=tuple(index), factors=factors)
+
+
+def _grid_factors(g: DenseGemms, m, last_m) -> np.ndarray:
+    """Every shape's grid factor at its rows: one interpolation per group of `g.factors`, the cells
+    found once per row nodes and rows."""
+    found, out = {}, []
+    for first, end, cells, lines, last in g.factors:
+        rows = np.maximum(np.asarray(last_m if last else m, dtype=float), 1e-9)
+        if lines is None:
+            out.append(np.ones((end - first, *np.shape(rows))))
+        elif cells is None:
+            out.append(np.exp(lines[:, np.zeros(np.shape(rows), dtype=int)] * 1.0))
+        else:
+            if (id(cells), last) not in found:
+                found[(id(cells), last)] = cell(cells, log_of(rows))
+            out.append(on_lines(lines, *found[(id(cells), last)]))
+    return np.concatenate(out) if len(out) > 1 else out[0]
 
 
 def dense_gemm_time(g: DenseGemms, m, last_m=None) -> KernelTime:
-    """The GEMMs of `g` at m rows ((n, 1) or a float), the last part at `last_m` when given: each at its
-    measured rate and grid factor, at least its weights streamed from HBM; summed over each part's
-    shapes, then over the parts (the first part's spread)."""
+    """The GEMMs of `g` at m rows ((n, 1) or a float), the last part at `last_m` when it runs apart:
+    each at its measured rate and grid factor, at least its weights streamed from HBM; summed over
+    each part's shapes, then over the parts (the first part's spread)."""
     rows = np.asarray(m, dtype=float)[None]
-    x = np.maximum(rows[0], 1e-9)
     if last_m is not None:  # rows per shape, in C order like every array here (the sums over shapes below add in memory order)
         first, end = g.parts[-1][:2]
         rows = np.empty((end, *np.broadcast_shapes(rows.shape[1:], np.shape(last_m))))
         rows[:first], rows[first:] = m, last_m
     flops, n_bytes, _ = gemm_work(rows, g.n, g.k, g.weight_bytes, g.activation_bytes)
     compute, memory = ramp_parts(flops, n_bytes, rows, g.eta_max, g.m_half, g.eta_m, g.peak_flops_per_s, g.hbm_bytes_per_s)
-    factors = []
-    for i, (first, end, grid, key, _) in enumerate(g.parts):
-        at = np.maximum(rows[first], 1e-9) if last_m is not None and i == len(g.parts) - 1 else x
-        factors.append(grid.along(0, at, key) if grid is not None else np.ones((end - first, *np.shape(at))))
-    correction = np.concatenate(factors) if len(factors) > 1 else factors[0]
-    parts = _split(g.t0_s, compute, memory, correction, g.scale, g.cold_s)
-    sums = [[term[first:end].sum(axis=0) for term in parts] for first, end, *_ in g.parts]
-    return KernelTime(*(sum(s[j] for s in sums) for j in range(3)), g.parts[0][4])
+    terms = _split(g.t0_s, compute, memory, _grid_factors(g, m, last_m), g.scale, g.cold_s)
+    total = None
+    for first, end, _ in g.parts:  # one shape's sum over shapes is that shape's time
+        part = [term[first] if end - first == 1 else term[first:end].sum(axis=0) for term in terms]
+        total = part if total is None else [a + b for a, b in zip(total, part, strict=True)]
+    return KernelTime(*total, g.parts[0][2])
 
 
 def gemm_kernel(curve: Ramp, m, n, k, count, peak_flops_per_s: float, hbm_bytes_per_s: float, weight_bytes: float,

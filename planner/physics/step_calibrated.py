@@ -95,7 +95,7 @@ def _dense_gemms(ctx: StepContext, head_rows_apart: bool) -> DenseGemms:
     if head_rows_apart:  # the LM head at one row per sequence that emits a token
         head = next(g for g in gemm_shapes(arch, lay.pp, lay.tp) if g.name == "lm head")
         parts.append(GemmPart(bf16, head.n, head.k, head.count, peak_bf16, b_bf16, b_bf16))
-    return dense_gemms(parts, bw)
+    return dense_gemms(parts, bw, last_apart=head_rows_apart)
 
 
 class _Experts(NamedTuple):
