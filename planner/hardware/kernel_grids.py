@@ -111,6 +111,8 @@ class Grid:
 
     def correction(self, *coords) -> np.ndarray:
         """Measured over parametric time at `coords` (one per axis; arrays broadcast)."""
+        if len(coords) == 1:  # one axis: its line
+            return self.along(0, coords[0], ((),))[0]
         varying = [i for i, c in enumerate(coords) if np.ndim(c) > 0]
         if len(varying) <= 1:  # at most one axis varies: a cached line along it
             axis = varying[0] if varying else 0
@@ -133,14 +135,19 @@ class Grid:
                 self._slices[key] = lines
         return lines
 
-    def along(self, axis: int, x, others: tuple[tuple[float, ...], ...]) -> np.ndarray:
+    def along(self, axis: int, x, others: tuple[tuple[float, ...], ...], found: dict | None = None) -> np.ndarray:
         """Factors at `x` on `axis`, one row per tuple of the other axes' coordinates: shape
         (len(others), *shape(x)). The same arithmetic as `_cell` and `interpolate` (searching the
-        interior nodes gives the clamped lower node directly; the upper node is the next one)."""
-        lines, cells, log_x = self.lines(axis, others), self.cells[axis], _log(x)
+        interior nodes gives the clamped lower node directly; the upper node is the next one).
+        `found`: the cells already found at this same `x` on other grids' nodes, shared by the calls."""
+        lines, cells = self.lines(axis, others), self.cells[axis]
         if cells is None:
-            return np.exp(lines[:, np.zeros(np.shape(log_x), dtype=int)] * 1.0)
-        return on_lines(lines, *cell(cells, log_x))
+            return np.exp(lines[:, np.zeros(np.shape(x), dtype=int)] * 1.0)
+        if found is None:
+            return on_lines(lines, *cell(cells, _log(x)))
+        if id(cells) not in found:
+            found[id(cells)] = cell(cells, _log(x))
+        return on_lines(lines, *found[id(cells)])
 
     def _line(self, axis: int, other: tuple) -> np.ndarray:
         line = self._slices.get((axis, other))

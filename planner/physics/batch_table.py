@@ -12,7 +12,7 @@ Step 3 takes the slowest stage, then derives latencies (TTFT from the queueing m
 `physics.first_token`), throughputs, memory and the prompt cache.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from planner.physics.first_token import (
     decode_first_token,
     prefill_first_token,
 )
-from planner.physics.draft import draft_memory, prefill_with_draft, speculative_decode_terms
+from planner.physics.draft import draft_memory, prefill_with_draft
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.kv_cache import cached_bytes
 from planner.physics.links import ReplicaLinks, default_replica_links, effective_links
@@ -37,6 +37,7 @@ from planner.physics.memory import (
 )
 from planner.physics.prefill import PrefillPass, packed_prompts
 from planner.physics.roofline import StepTime, step_total_s
+from planner.physics.serving_steps import DecodeSteps, RoleStep, decode_steps, role_step
 from planner.physics.stages import Stages, stages
 from planner.physics.step_parts import StepContext, StepTerms
 from planner.physics.uncertainty import FIRST_TOKEN, decode_regime, widen
@@ -231,53 +232,6 @@ def _totals(terms: StepTerms, inp: DeploymentInputs, model: StepModel) -> np.nda
     return step_total_s(terms.compute, terms.weights, terms.kv, terms.comm, inp.overlap, terms.overhead, model)
 
 
-def _split(terms: StepTerms, parts: int) -> list[StepTerms]:
-    """Stacked rows of `parts` equal blocks, cut back into one StepTerms per block."""
-    n = len(terms.compute) // parts
-    fields = (terms.compute, terms.weights, terms.kv, terms.comm, terms.overhead, terms.low_ratio, terms.high_ratio)
-    return [StepTerms(*(a[k * n:(k + 1) * n] for a in fields)) for k in range(parts)]
-
-
-@dataclass(frozen=True)
-class DecodeSteps:
-    """The decode-side steps of one table (n rows each): the pure decode step, and for an aggregated
-    replica the mixed step (prefill riders at their mean rate) and the step that also carries one new
-    prompt (or its first chunk) on one attention rank."""
-
-    pure: StepTerms
-    touch: np.ndarray
-    mixed: StepTerms | None
-    carrying: StepTerms | None
-    riders: np.ndarray  # prompt tokens per micro-batch step and stage at the mean rate
-    own_tokens: float  # the carried prompt's tokens in its step on its rank
-
-
-def _decode_steps(ctx: StepContext, batches: np.ndarray) -> DecodeSteps:
-    """All the role's decode-side steps from one evaluation of stacked rows (the rows do not interact)."""
-    inp, lay = ctx.inp, ctx.inp.layout
-    zero = np.zeros_like(batches)
-    if inp.role is not ServingRole.AGGREGATED:
-        decode, touch = speculative_decode_terms(ctx, batches)
-        return DecodeSteps(decode, touch, None, None, zero, 0.0)
-    # prompts arrive at the pace of the output: a step emits tokens_per_step tokens per sequence
-    riders = batches / lay.pp * inp.prefilled_tokens / inp.output_tokens * inp.tokens_per_step
-    own = float(min(inp.input_tokens, inp.prefill_chunk_tokens))  # a miss: its whole prompt, or the budget's chunk of it
-    stacked, touch = speculative_decode_terms(ctx, np.concatenate([batches] * 3), np.concatenate([zero, riders, riders]),
-                                              np.concatenate([zero, zero, zero + own]))
-    pure, mixed, carrying = _split(stacked, 3)
-    return DecodeSteps(pure, touch[:len(batches)], mixed, carrying, riders, own)
-
-
-def _with_rider_attention(ctx: StepContext, step: StepTerms, tokens_rank: np.ndarray, pf: PrefillPass) -> StepTerms:
-    """A mixed step with the prompt tokens' attention (calibrated), or their FLOPs and KV reads
-    (roofline), added: `tokens_rank` (n,) prompt tokens on the slowest attention rank, at the
-    per-token cost of a full prefill pass."""
-    per_pass = (tokens_rank / float(pf.tokens[0]))[:, None]
-    if ctx.calibrated:  # the riders' GEMM rows are in the mixed kernels; add their attention
-        return replace(step, compute=step.compute + per_pass * pf.attention_s)
-    return replace(step, compute=step.compute + per_pass * pf.terms.compute, kv=step.kv + per_pass * pf.terms.kv)
-
-
 def _stated(model: StepModel, low, high, regime: str) -> tuple[np.ndarray, np.ndarray]:
     """A calibrated prediction's stated range (physics.uncertainty); the ideal roofline has none."""
     if model is not StepModel.CALIBRATED:
@@ -317,30 +271,7 @@ def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Fix
                       _memory_per_stage(inp, ctx.st))
 
 
-@dataclass(frozen=True)
-class _RoleStep:
-    """The step the role's users wait on, on every stage (n, pp), and the role's prefill passes."""
-
-    serving: StepTerms
-    carrying: StepTerms | None  # aggregated: the step that carries a new prompt
-    pass_tokens: np.ndarray  # (n,)
-    passes_per_prompt: int
-
-
-def _role_step(ctx: StepContext, fixed: FixedParts, steps: DecodeSteps, batches: np.ndarray) -> _RoleStep:
-    inp, lay, pf = ctx.inp, ctx.inp.layout, fixed.pf
-    full = np.full_like(batches, float(pf.tokens[0]))
-    if inp.role is ServingRole.PREFILL:
-        passes = prefill_with_draft(ctx, batches / (lay.pp * lay.dp_attn))
-        return _RoleStep(passes.terms, None, passes.tokens, passes.passes_per_prompt)
-    if inp.role is ServingRole.DECODE:
-        return _RoleStep(steps.pure, None, full, pf.passes_per_prompt)
-    shared = steps.riders / lay.dp_attn
-    return _RoleStep(_with_rider_attention(ctx, steps.mixed, shared, pf),
-                     _with_rider_attention(ctx, steps.carrying, shared + steps.own_tokens, pf), full, pf.passes_per_prompt)
-
-
-def _first_token_of_role(inp: DeploymentInputs, role: _RoleStep, steps: DecodeSteps, stage_s: np.ndarray,
+def _first_token_of_role(inp: DeploymentInputs, role: RoleStep, steps: DecodeSteps, stage_s: np.ndarray,
                          model: StepModel) -> tuple[FirstToken, np.ndarray, np.ndarray | None]:
     if inp.role is ServingRole.PREFILL:
         return prefill_first_token(inp, stage_s, role.passes_per_prompt)
@@ -350,6 +281,20 @@ def _first_token_of_role(inp: DeploymentInputs, role: _RoleStep, steps: DecodeSt
     return aggregated_first_token(inp, stage_s, carrying_s, steps.own_tokens)
 
 
+def _slowest(totals: np.ndarray) -> np.ndarray | None:
+    """Each row's slowest stage; None with one stage (every row's only one)."""
+    return None if totals.shape[1] == 1 else np.argmax(totals, axis=1)
+
+
+def _at(a: np.ndarray, slowest: np.ndarray | None) -> np.ndarray:
+    """Each row of `a` (n, pp) at its stage in `slowest` (see `_slowest`)."""
+    return a[:, 0] if slowest is None else a[np.arange(len(a)), slowest]
+
+
+def _times(a: np.ndarray, factor: float) -> np.ndarray:
+    return a if factor == 1 else factor * a  # x 1 is the same numbers
+
+
 def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None = None, fixed: FixedParts | None = None) -> BatchTable:
     """Evaluate `inp`'s layout at every batch in `batches` (inp.batch_per_replica is ignored);
     `fixed`: its fixed_parts(inp, links), when the caller has them already."""
@@ -357,31 +302,30 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     fixed = fixed or fixed_parts(inp, links)
     ctx, model = fixed.ctx, fixed.model
     batches = np.asarray(batches, dtype=float)
-    rows = np.arange(len(batches))
 
-    steps = _decode_steps(ctx, batches)
+    steps = decode_steps(ctx, batches)
     decode_totals = _totals(steps.pure, inp, model)
-    decode_slowest = np.argmax(decode_totals, axis=1)
+    decode_slowest = _slowest(decode_totals)
     per_token = lay.pp / inp.tokens_per_step  # a round of every stage emits tokens_per_step tokens per sequence
-    decode_tpot = per_token * decode_totals[rows, decode_slowest]
-    role = _role_step(ctx, fixed, steps, batches)
+    decode_tpot = _times(_at(decode_totals, decode_slowest), per_token)
+    role = role_step(ctx, fixed.pf, steps, batches)
     totals = _totals(role.serving, inp, model)
-    slowest = np.argmax(totals, axis=1)
-    stage_time = totals[rows, slowest]
-    low, high = role.serving.low_ratio[rows, slowest], role.serving.high_ratio[rows, slowest]
+    slowest = _slowest(totals)
+    stage_time = _at(totals, slowest)
+    low, high = _at(role.serving.low_ratio, slowest), _at(role.serving.high_ratio, slowest)
     prefill = inp.role is ServingRole.PREFILL
-    decode_low, decode_high = _stated(model, steps.pure.low_ratio[rows, decode_slowest], steps.pure.high_ratio[rows, decode_slowest],
+    decode_low, decode_high = _stated(model, _at(steps.pure.low_ratio, decode_slowest), _at(steps.pure.high_ratio, decode_slowest),
                                       decode_regime(inp.arch.is_moe))
     tpot, tpot_low, tpot_high = ((decode_tpot, decode_low, decode_high) if prefill
-                                 else (per_token * stage_time, *_stated(model, low, high, decode_regime(inp.arch.is_moe))))
+                                 else (_times(stage_time, per_token), *_stated(model, low, high, decode_regime(inp.arch.is_moe))))
     ttft_low, ttft_high = _stated(model, low, high, FIRST_TOKEN)
     ttft, miss, hit = _first_token_of_role(inp, role, steps, stage_time, model)
     pass_rate = role.pass_tokens * lay.dp_attn / stage_time if prefill else np.full_like(batches, fixed.prefill_tokens_per_s)
     requests_per_s = pass_rate / inp.prefilled_tokens if prefill else batches / tpot / inp.output_tokens
     weights_bytes, kv_bytes, activations_bytes = _memory(inp, fixed.memory_per_stage, role.pass_tokens, batches)
     cache_bytes, cache_fits, storage, cache_in_hbm = _prompt_cache(inp, requests_per_s)
-    decode_at = lambda a: per_token * a[rows, decode_slowest]  # per output token: they sum to TPOT
-    serving_at = lambda a: (1 if prefill else per_token) * a[rows, slowest]  # a prefill replica's step: one pass
+    decode_at = lambda a: _times(_at(a, decode_slowest), per_token)  # per output token: they sum to TPOT
+    serving_at = lambda a: _times(_at(a, slowest), 1 if prefill else per_token)  # a prefill replica's step: one pass
     return BatchTable(
         batches=batches, compute_s=decode_at(steps.pure.compute), weights_s=decode_at(steps.pure.weights),
         kv_s=decode_at(steps.pure.kv), comm_s=decode_at(steps.pure.comm), overhead_s=decode_at(steps.pure.overhead),

@@ -27,6 +27,7 @@ from planner.hardware.kernel_forms import (
     ramp_parts,
     ring_factor,
 )
+from planner.hardware.kernel_grids import Cells, cell, log_of, on_lines
 from planner.hardware.kernels import (
     AllToAll,
     Collective,
@@ -37,7 +38,6 @@ from planner.hardware.kernels import (
     Spread,
     grid_of,
 )
-from planner.hardware.kernel_grids import Cells, cell, log_of, on_lines
 
 __all__ = [
     "ELEMENTWISE_FIXED_S",
@@ -308,12 +308,13 @@ def all_reduce_kernel(curve: Collective, message_bytes, n_members: int, n_calls)
 
 
 def all_to_all_kernel(curve: AllToAll, tokens, key: tuple[float, float, float], in_domain_bytes, cross_domain_bytes,
-                      cross_domain_bytes_per_s: float, n_calls) -> np.ndarray:
+                      cross_domain_bytes_per_s: float, n_calls, found: dict | None = None) -> np.ndarray:
     """n_calls expert all-to-all phases of `tokens` per rank: the in-domain part at the measured rate
     (alpha + bytes / rate, times the grid of the (hidden, topk, experts) measured nearest to `key`)
-    or the part crossing scale-up domains (alpha + bytes over the NICs), whichever is slower."""
+    or the part crossing scale-up domains (alpha + bytes over the NICs), whichever is slower.
+    `found`: `Grid.along`'s cells at these tokens, shared with the other phase."""
     grid = grid_of(curve, key)
-    correction = grid.correction(np.maximum(tokens, 1e-9)) if grid is not None else 1.0
+    correction = grid.along(0, np.maximum(tokens, 1e-9), ((),), found)[0] if grid is not None else 1.0
     in_domain = (curve.alpha_s + alpha_rate_s(in_domain_bytes, curve.bytes_per_s)) * correction
     cross = curve.alpha_s + alpha_rate_s(cross_domain_bytes, cross_domain_bytes_per_s)
     return n_calls * np.maximum(in_domain, cross) * curve.spread.p50

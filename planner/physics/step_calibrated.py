@@ -230,7 +230,8 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
         return roofline_exchange(ctx, tokens_rank * lay.dp_attn), Spread()
     tokens = tokens_rank * inp.expert_imbalance * lay.expert_tp
     local, remote = tokens * x.local, tokens * x.remote
-    total = sum(all_to_all_kernel(curve, tokens_rank, x.key, local * per_copy, remote * per_copy, x.nic_bytes_per_s, ctx.st.n_moe_layers)
+    found: dict = {}  # both phases read their grids at these tokens
+    total = sum(all_to_all_kernel(curve, tokens_rank, x.key, local * per_copy, remote * per_copy, x.nic_bytes_per_s, ctx.st.n_moe_layers, found)
                 for curve, per_copy in zip(x.curves, x.per_copy, strict=True))
     return total, x.curves[-1].spread
 
