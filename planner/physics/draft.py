@@ -16,6 +16,7 @@ tokens is then, per sequence:
 Prefill runs the module once over every prompt token (its KV cache and the first draft).
 """
 
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -39,6 +40,7 @@ DRAFT_EXTRA_GEMMS = 1  # the projection M joining hidden state and embedding, on
 FOUR_BIT = (Precision.FP4, Precision.NVFP4, Precision.MXFP4)
 
 
+@functools.lru_cache(maxsize=64)  # one object per formats: what the step model keeps per context is kept by identity
 def draft_precisions(prec: Precisions) -> Precisions:
     """The formats the MTP module runs in: the plan's, except under 4-bit weights. NVIDIA's FP4
     DeepSeek checkpoints leave the MTP layer unquantized (TensorRT-LLM tech blog 1's precision table:
@@ -49,6 +51,7 @@ def draft_precisions(prec: Precisions) -> Precisions:
     return prec
 
 
+@functools.lru_cache(maxsize=64)  # one object per model, as draft_precisions
 def draft_arch(arch: ModelArch) -> ModelArch:
     """The MTP module as a one-layer model of the same width: its block is the model's last layer."""
     return replace(arch, id=f"{arch.id}-mtp", n_layers=1, layer_is_moe=arch.layer_is_moe[-1:],
@@ -62,7 +65,12 @@ def _extra_params(arch: ModelArch) -> float:
 
 
 def draft_context(ctx: StepContext) -> StepContext:
-    """The step context of the draft module on the last pipeline stage (same links, rates, formats)."""
+    """The step context of the draft module on the last pipeline stage (same links, rates, formats),
+    made once per context."""
+    return ctx.memo("draft", lambda: _draft_context(ctx))
+
+
+def _draft_context(ctx: StepContext) -> StepContext:
     inp = ctx.inp
     arch = draft_arch(inp.arch)
     st = stages(arch, 1)

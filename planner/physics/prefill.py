@@ -10,6 +10,7 @@ from planner.model.architecture import (
     kv_bytes_per_token_per_layer,
     layer_windows,
 )
+from planner.hardware.kernels import PrefillAttention
 from planner.physics.kernels import prefill_attention_kernel
 from planner.physics.memory import kv_shard_fraction, weight_bytes_per_accelerator
 from planner.physics.roofline import (
@@ -73,26 +74,44 @@ def pass_shape(prompt_tokens: int, budget_tokens: int, prompts_per_rank) -> tupl
     return np.full_like(waiting, float(budget_tokens)), np.full_like(waiting, 1.0 / n_chunks), n_chunks
 
 
+def _attention_pairs(ctx: StepContext) -> np.ndarray:
+    """Causal attention FLOPs of one prompt on each stage (pp,)."""
+    inp = ctx.inp
+    pairs = causal_attention_pairs(inp.input_tokens, layer_windows(inp.arch))
+    return ctx.st.per_stage(attention_flops_per_context_token(inp.arch, absorbed=False) * pairs)
+
+
+def _prefill_attention(ctx: StepContext) -> tuple[PrefillAttention, float]:
+    """Prefill attention's curve (bound to the heads per rank) and the bf16 peak it runs at."""
+    inp = ctx.inp
+    curve = ctx.rates.prefill_attention_curve(str(inp.precisions.kv_cache), inp.arch.attention.kind is AttentionKind.MLA)
+    accel = inp.rack.accelerator
+    return curve, accel.dense_flops_per_s.get("bf16", max(accel.dense_flops_per_s.values()))
+
+
+def _full(a, one: np.ndarray) -> np.ndarray:
+    """`a` x ones of `one`'s shape (`a` itself when it has that shape: the same numbers)."""
+    return a if np.shape(a) == one.shape else np.asarray(a, dtype=float) * one
+
+
 def prefill_pass(ctx: StepContext, prompts_per_rank) -> PrefillPass:
     """Passes holding `prompts_per_rank` waiting prompts on each attention rank (n,)."""
     inp, st = ctx.inp, ctx.st
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     tokens, prompts, n_chunks = pass_shape(inp.input_tokens, inp.prefill_chunk_tokens, prompts_per_rank)
-    windows = layer_windows(arch)
-    pairs = st.per_stage(attention_flops_per_context_token(arch, absorbed=False) * causal_attention_pairs(inp.input_tokens, windows))
+    pairs = ctx.shared("attention pairs", (lay.pp, inp.input_tokens), lambda: _attention_pairs(ctx))
     attention_flops = prompts[:, None] * pairs[None, :] / lay.tp
     tokens_rank, tokens_stage = tokens[:, None], tokens[:, None] * lay.dp_attn
     one = np.ones((len(tokens), lay.pp))
     if ctx.calibrated:
-        classes, _ = gemm_classes(ctx, tokens_rank, tokens_stage)
-        curve = ctx.rates.prefill_attention_curve(str(prec.kv_cache), arch.attention.kind is AttentionKind.MLA)
-        accel = inp.rack.accelerator
-        bf16 = accel.dense_flops_per_s.get("bf16", max(accel.dense_flops_per_s.values()))
+        classes = gemm_classes(ctx, tokens_rank, tokens_stage)
+        curve, bf16 = ctx.shared("prefill attention", (lay.tp,), lambda: _prefill_attention(ctx))
         attention = prefill_attention_kernel(curve, attention_flops, inp.input_tokens, st.n_layers, bf16)
         classes += [attention, elementwise(ctx, tokens_rank)]
         comm, spread = calibrated_comm(ctx, tokens_rank, tokens_stage, "normal")
-        terms = combine(classes, comm * one, spread)
-        return PrefillPass(_broadcast(terms, one), attention.total_s * one, tokens, prompts, n_chunks)
+        terms = combine(classes, _full(comm, one), spread)
+        return PrefillPass(_broadcast(terms, one), _full(attention.total_s, one), tokens, prompts, n_chunks)
+    windows = layer_windows(arch)
     flops = (matmul_flops(st.dense_params, tokens_rank) + matmul_flops(st.head_params, np.maximum(prompts, 1.0)[:, None])) / lay.tp
     flops = flops + attention_flops + matmul_flops(st.routed_active_params, tokens_stage) / lay.stage_size * inp.expert_imbalance
     touch = touch_fraction(arch, tokens_stage)
@@ -113,5 +132,5 @@ def _per_stage_rows(st: Stages, per_layer_rows: np.ndarray) -> np.ndarray:
 
 
 def _broadcast(terms: StepTerms, one: np.ndarray) -> StepTerms:
-    return StepTerms(*(np.asarray(a, dtype=float) * one for a in (terms.compute, terms.weights, terms.kv, terms.comm, terms.overhead,
-                                                                   terms.low_ratio, terms.high_ratio)))
+    return StepTerms(*(_full(a, one) for a in (terms.compute, terms.weights, terms.kv, terms.comm, terms.overhead,
+                                                terms.low_ratio, terms.high_ratio)))

@@ -119,22 +119,21 @@ def _experts(ctx: StepContext, mode: str) -> _Experts:
 
 
 def gemm_classes(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.ndarray, head_rows: np.ndarray | None = None,
-                 mode: str = "normal") -> tuple[list[KernelTime], np.ndarray]:
+                 mode: str = "normal") -> list[KernelTime]:
     """Every dense GEMM of a stage at its own (n, k) and `tokens_rank` rows (the LM head at `head_rows`,
     the sequences that emit a token, when given), as one class; the grouped expert GEMMs at the model's
     expert shape and `tokens_stage` entering each MoE layer (behind DeepEP in `mode`, low_latency for
-    decode or normal for prefill, when tokens are dispatched); and the expert touch fraction."""
+    decode or normal for prefill, when tokens are dispatched)."""
     inp, st = ctx.inp, ctx.st
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     apart = head_rows is not None
     dense = ctx.shared("dense gemms", (lay.pp, lay.tp, apart), lambda: _dense_gemms(ctx, apart))
     classes = [dense_gemm_time(dense, tokens_rank, head_rows)]
-    touch = touch_fraction(arch, tokens_stage)
     if arch.is_moe:
         x = ctx.shared("experts", (lay, inp.expert_slot_factor, inp.routing, mode), lambda: _experts(ctx, mode))
         classes.append(moe_kernel(x.curve, tokens_stage, x.shape, st.n_moe_layers, x.peak_flops_per_s, inp.rack.accelerator.hbm_bandwidth_bytes_per_s,
                                   prec.expert_weight_bytes, inp.expert_imbalance, x.eta_stream))
-    return classes, touch
+    return classes
 
 
 def _attention(ctx: StepContext) -> tuple:
@@ -303,9 +302,9 @@ def calibrated_decode(ctx: StepContext, micro_batch: np.ndarray, per_rank: np.nd
     rows = per_rank if queries == 1 else per_rank * queries  # x 1 is the same numbers
     tokens_rank = rows + rank_extra
     tokens_stage = (micro_batch if queries == 1 else micro_batch * queries) + extra
-    classes, touch = gemm_classes(ctx, tokens_rank, tokens_stage, head_rows=rows, mode="low_latency")
+    classes = gemm_classes(ctx, tokens_rank, tokens_stage, head_rows=rows, mode="low_latency")
     classes.append(decode_attention(ctx, per_rank, queries))
     classes.append(elementwise(ctx, tokens_rank))
     comm, spread = calibrated_comm(ctx, tokens_rank, tokens_stage, "low_latency")
     shape = classes[0].compute_s.shape
-    return combine(classes, comm if comm.shape == shape else comm * np.ones(shape), spread), touch[:, 0]
+    return combine(classes, comm if comm.shape == shape else comm * np.ones(shape), spread), touch_fraction(ctx.inp.arch, tokens_stage)[:, 0]
