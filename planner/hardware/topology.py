@@ -154,10 +154,24 @@ class GroupLinks:
     latency_s: float
 
 
-def _max_flow(graph: nx.Graph, sources: Sequence[str], sinks: Sequence[str], kinds: set[str]) -> float:
-    """Max-flow, bytes/s in one direction, from `sources` to `sinks` over edges of `kinds`."""
+def _max_flow(graph: nx.Graph, keep: set[str], sources: Sequence[str], sinks: Sequence[str], kinds: set[str]) -> float:
+    """Max-flow, bytes/s in one direction, from `sources` to `sinks` over edges of `kinds` between the
+    nodes `keep`."""
+    if not sources or not sinks:
+        return 0.0
+    adjacency, arcs, done = graph.adj, [], set()
+    for u in keep:
+        arcs += [(u, v, data["bandwidth_bytes_per_s"]) for v, data in adjacency[u].items()
+                 if v in keep and v not in done and data["kind"] in kinds]
+        done.add(u)
+    total = sum(c for _, _, c in arcs)
+    if not set(sources) & set(sinks) and all(float(c).is_integer() and c >= 0 for _, _, c in arcs) and 3 * total < 2**53:
+        # whole numbers of bytes/s: every flow is a whole number, exact in floats below 2^53 (networkx's
+        # preflow-push stands in 3 x the finite capacities for infinity), so any max-flow algorithm
+        # gives the same float; augmenting paths on integers are the fast one
+        return float(_whole_max_flow(arcs, sources, sinks, int(total) + 1))
     flow = nx.DiGraph()
-    for u, v, data in graph.edges(data=True):
+    for u, v, data in graph.subgraph(keep).edges(data=True):
         if data["kind"] in kinds:
             flow.add_edge(u, v, capacity=data["bandwidth_bytes_per_s"])
             flow.add_edge(v, u, capacity=data["bandwidth_bytes_per_s"])
@@ -165,12 +179,77 @@ def _max_flow(graph: nx.Graph, sources: Sequence[str], sinks: Sequence[str], kin
         flow.add_edge("__source__", s, capacity=math.inf)
     for t in sinks:
         flow.add_edge(t, "__sink__", capacity=math.inf)
-    if "__source__" not in flow or "__sink__" not in flow:
-        return 0.0
     return float(nx.maximum_flow_value(flow, "__source__", "__sink__"))
 
 
-def _group_subgraph(graph: nx.Graph, members: Sequence[str], include_fabric: bool) -> nx.Graph:
+def _whole_max_flow(arcs: list[tuple[str, str, float]], sources: Sequence[str], sinks: Sequence[str], unbounded: int) -> int:
+    """Dinic's max-flow on whole-number capacities, each edge usable both ways at its capacity; the
+    sources fed and the sinks drained by arcs of `unbounded` capacity (more than all edges carry)."""
+    index: dict[str, int] = {"__source__": 0, "__sink__": 1}
+    for u, v, _ in arcs:
+        index.setdefault(u, len(index))
+        index.setdefault(v, len(index))
+    for x in (*sources, *sinks):
+        index.setdefault(x, len(index))
+    head: list[list[list[int]]] = [[] for _ in index]  # per node: [to, residual capacity, index of the reverse arc in head[to]]
+    pairs = [(index[u], index[v], int(c)) for u, v, c in arcs]
+    pairs += [(0, index[s], unbounded) for s in sources] + [(index[t], 1, unbounded) for t in sinks]
+    for a, b, capacity in pairs:
+        for x, y, forward, backward in ((a, b, capacity, 0), (b, a, capacity, 0)) if (a > 1 and b > 1) else ((a, b, capacity, 0),):
+            head[x].append([y, forward, len(head[y])])
+            head[y].append([x, backward, len(head[x]) - 1])
+    total = 0
+    while True:
+        level = _levels(head)
+        if level[1] < 0:
+            return total
+        total += _blocking_flow(head, level)
+
+
+def _levels(head: list[list[list[int]]]) -> list[int]:
+    """Breadth-first distance from the source (node 0) over arcs with residual capacity; -1 if unreached."""
+    level = [-1] * len(head)
+    level[0] = 0
+    frontier = [0]
+    while frontier:
+        nxt = []
+        for u in frontier:
+            for v, capacity, _ in head[u]:
+                if capacity > 0 and level[v] < 0:
+                    level[v] = level[u] + 1
+                    nxt.append(v)
+        frontier = nxt
+    return level
+
+
+def _blocking_flow(head: list[list[list[int]]], level: list[int]) -> int:
+    """Augment along shortest paths (level by level) from the source to the sink (node 1) until none is left."""
+    pointer = [0] * len(head)
+    total = 0
+    while True:
+        path, u = [], 0  # arcs taken: (node, arc index)
+        while u != 1:
+            arcs = head[u]
+            while pointer[u] < len(arcs) and not (arcs[pointer[u]][1] > 0 and level[arcs[pointer[u]][0]] == level[u] + 1):
+                pointer[u] += 1
+            if pointer[u] == len(arcs):  # a dead end: back up and skip the arc that led here
+                if not path:
+                    return total
+                level[u] = -1
+                u, _ = path.pop()
+                pointer[u] += 1
+                continue
+            path.append((u, pointer[u]))
+            u = arcs[pointer[u]][0]
+        pushed = min(head[a][i][1] for a, i in path)
+        for a, i in path:
+            to, _, back = head[a][i]
+            head[a][i][1] -= pushed
+            head[to][back][1] += pushed
+        total += pushed
+
+
+def _group_nodes(graph: nx.Graph, members: Sequence[str], include_fabric: bool) -> set[str]:
     """The members and the switches they attach to (and the fabric if asked). Links of accelerators
     outside the group are left out: in a serving replica every group runs its collectives at the
     same time, so a group cannot borrow its neighbours' links."""
@@ -184,7 +263,7 @@ def _group_subgraph(graph: nx.Graph, members: Sequence[str], include_fabric: boo
                 frontier.append(other)
     if include_fabric:
         keep.add(FABRIC)
-    return graph.subgraph(keep)
+    return keep
 
 
 def domain_map(graph: nx.Graph) -> dict[str, int]:
@@ -213,10 +292,10 @@ def group_links(graph: nx.Graph, members: Sequence[str], domain_of: dict[str, in
                 usable += data["bandwidth_bytes_per_s"]
                 latency = max(latency, data["latency_s"])
         injection = min(injection, usable)
-    sub = _group_subgraph(graph, members, include_fabric=spans)
+    keep = _group_nodes(graph, members, include_fabric=spans)
     half = n // 2
     kinds = {SCALE_UP, SCALE_OUT} if spans else {SCALE_UP}
-    bisection = _max_flow(sub, members[:half], members[half:], kinds)
+    bisection = _max_flow(graph, keep, members[:half], members[half:], kinds)
     return GroupLinks(n, spans, kind, injection, bisection, latency)
 
 
@@ -229,5 +308,5 @@ def group_to_group_bandwidth_bytes_per_s(
     domain_of = domain_of if domain_of is not None else domain_map(graph)
     members = list(sources) + list(sinks)
     spans = len({domain_of[m] for m in members}) > 1
-    sub = _group_subgraph(graph, members, include_fabric=spans)
-    return _max_flow(sub, sources, sinks, {SCALE_UP, SCALE_OUT} if spans else {SCALE_UP})
+    keep = _group_nodes(graph, members, include_fabric=spans)
+    return _max_flow(graph, keep, sources, sinks, {SCALE_UP, SCALE_OUT} if spans else {SCALE_UP})
