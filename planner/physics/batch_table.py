@@ -12,7 +12,7 @@ Step 3 takes the slowest stage, then derives latencies (TTFT from the queueing m
 `physics.first_token`), throughputs, memory and the prompt cache.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from planner.physics.stages import Stages, stages
 from planner.physics.step_parts import StepContext, StepTerms
 from planner.physics.uncertainty import FIRST_TOKEN, decode_regime, widen
 
-__all__ = ["PAGED_KV_HEADROOM", "BatchTable", "FixedParts", "evaluate_batches", "fixed_parts", "kv_reservation", "step_context"]
+__all__ = ["PAGED_KV_HEADROOM", "BatchTable", "FixedParts", "evaluate_batches", "fixed_parts", "kv_reservation", "shares_prefill", "step_context"]
 
 # Engines page the KV cache and hold each sequence at its current length; in steady in-flight
 # batching a sequence is on average half way through its output. HBM keeps this much above that
@@ -259,9 +259,20 @@ def _slowest_step(terms: StepTerms, inp: DeploymentInputs, model: StepModel, row
                     float(terms.overhead[row, k]), model, float(terms.low_ratio[row, k]), float(terms.high_ratio[row, k]))
 
 
-def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> FixedParts:
+def shares_prefill(a: DeploymentInputs, b: DeploymentInputs) -> bool:
+    """Whether two inputs' prefill passes are the same: they differ at most in serving role, prompt
+    cache and draft tokens per step (with or without the draft module alike)."""
+    plain = dict(role=ServingRole.AGGREGATED, prefix_cache=None, speculative=None, batch_per_replica=0)
+    return (a.speculative is None) == (b.speculative is None) and replace(a, **plain) == replace(b, **plain)
+
+
+def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None, like: FixedParts | None = None) -> FixedParts:
+    """`inp`'s fixed parts; `like`: those of inputs that share its prefill pass (`shares_prefill`),
+    whose pass is taken as it is."""
     lay = inp.layout
-    ctx = step_context(inp, links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s))
+    ctx = step_context(inp, like.ctx.links if like else links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s))
+    if like is not None:
+        return replace(like, ctx=ctx, memory_per_stage=_memory_per_stage(inp, ctx.st))
     model = StepModel.CALIBRATED if ctx.calibrated else StepModel.ROOFLINE
     pf = prefill_with_draft(ctx, np.array([float(max(packed_prompts(inp.input_tokens, inp.prefill_chunk_tokens), 1))]))
     prefill_step = _slowest_step(pf.terms, inp, model)

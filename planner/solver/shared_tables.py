@@ -11,7 +11,7 @@ from collections.abc import Generator
 
 import numpy as np
 
-from planner.physics.batch_table import FixedParts, fixed_parts
+from planner.physics.batch_table import FixedParts, fixed_parts, shares_prefill
 from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batches
 
 __all__ = ["run_together"]
@@ -31,8 +31,8 @@ def _tables(requests: list[tuple[DeploymentInputs, np.ndarray]], fixed: list[tup
     out: list[BatchTable | None] = [None] * len(requests)
     for inp, members in groups:
         parts = next((parts for known, parts in fixed if known == inp), None)
-        if parts is None:
-            parts = fixed_parts(inp)
+        if parts is None:  # the prefill pass of inputs that differ only in role, prompt cache or draft tokens is the same
+            parts = fixed_parts(inp, like=next((parts for known, parts in fixed if shares_prefill(known, inp)), None))
             fixed.append((inp, parts))
         if len(members) == 1:
             out[members[0]] = evaluate_batches(inp, requests[members[0]][1], fixed=parts)
