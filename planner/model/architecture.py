@@ -320,6 +320,9 @@ def expert_touch_fraction(tokens, experts_per_token, n_experts):
     """Expected fraction of a layer's E experts hit by `tokens` tokens choosing k each:
     1 - (1 - k/E)^tokens (docs/physics.md; routing assumed uniform and independent). Broadcasts;
     a float for scalar arguments."""
+    if np.ndim(n_experts) == 0 and np.ndim(experts_per_token) == 0 and n_experts > 0:  # the common case, in fewer steps
+        touched = 1.0 - (1.0 - float(experts_per_token) / float(n_experts)) ** np.asarray(tokens, dtype=float)
+        return float(touched) if touched.ndim == 0 else touched
     n = np.asarray(n_experts, dtype=float)
     touched = np.where(n > 0, 1.0 - (1.0 - experts_per_token / np.where(n > 0, n, 1.0)) ** np.asarray(tokens, dtype=float), 0.0)
     return float(touched) if touched.ndim == 0 else touched

@@ -105,6 +105,8 @@ def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chu
                                                    logits_tokens, arch.vocab_size / lay.tp, dispatch)
     group = max(lay.tp, lay.stage_size if lay.ep > 1 else 1)
     activations = activations + inp.overheads.runtime_reserved_bytes + inp.overheads.communication_buffer_bytes(group)
+    if lay.pp == 1:  # its one stage is the fullest
+        return weights[:, 0], kv[:, 0], activations[:, 0]
     fullest = np.argmax(weights + kv + activations, axis=1)
     rows = np.arange(len(batches))
     return weights[rows, fullest], kv[rows, fullest], activations[rows, fullest]

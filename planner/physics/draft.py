@@ -87,8 +87,8 @@ def _model(ctx: StepContext) -> StepModel:
 
 
 def _scaled(terms: StepTerms, factor: float) -> StepTerms:
-    return replace(terms, compute=terms.compute * factor, weights=terms.weights * factor, kv=terms.kv * factor,
-                   comm=terms.comm * factor, overhead=terms.overhead * factor)
+    return terms._replace(compute=terms.compute * factor, weights=terms.weights * factor, kv=terms.kv * factor,
+                          comm=terms.comm * factor, overhead=terms.overhead * factor)
 
 
 def _on_last_stage(ctx: StepContext, terms: StepTerms, parts: list[StepTerms]) -> StepTerms:

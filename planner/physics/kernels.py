@@ -62,8 +62,7 @@ ELEMENTWISE_HBM_FRACTION = 0.8
 ELEMENTWISE_FIXED_S = 3e-6
 
 
-@dataclass(frozen=True)
-class KernelTime:
+class KernelTime(NamedTuple):  # a tuple: made a few dozen times per table, for speed
     """One kernel class's time split by what bounds it; arrays of one shape. `spread` is the
     class's measured/predicted percentiles (the median is already applied to the times)."""
 
