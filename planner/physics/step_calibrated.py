@@ -224,7 +224,8 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
     cross the NICs ('normal' mode: once per domain hit, DeepEP forwards in the node; group-limited routing caps the domains)."""
     inp = ctx.inp
     lay = inp.layout
-    x = ctx.shared("exchange", (lay, mode, inp.engine, inp.expert_groups_local, ctx.links.stage), lambda: _exchange(ctx, mode))
+    x = ctx.shared("exchange", (lay, mode, inp.engine, inp.expert_groups_local, ctx.links.stage, inp.rack.n_accelerators),
+                   lambda: _exchange(ctx, mode))
     if None in x.curves:  # the engine has no all-to-all table here: the exchange over the graph's links
         return roofline_exchange(ctx, tokens_rank * lay.dp_attn), Spread()
     tokens = tokens_rank * inp.expert_imbalance * lay.expert_tp

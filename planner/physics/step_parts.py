@@ -80,10 +80,10 @@ class StepContext:
         return value
 
     def shared(self, kind: str, values: tuple, build):
-        """`build()` kept for every context on the same model, rack, formats, overheads and kernel curves
-        (the same catalog objects) whose `values` (what else `build` reads) are equal."""
+        """`build()` kept for every context on the same model, accelerator, overheads and kernel curves
+        (the same catalog objects) with equal formats and `values` (what else `build` reads)."""
         inp = self.inp
-        return _kept(kind, (inp.arch, inp.rack, inp.precisions, inp.overheads, self.rates), values, build)
+        return _kept(kind, (inp.arch, inp.rack.accelerator, inp.overheads, self.rates), (inp.precisions, *values), build)
 
     @property
     def calibrated(self) -> bool:
