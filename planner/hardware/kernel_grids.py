@@ -16,6 +16,7 @@ module reads a file on first use, once.
 """
 
 import functools
+import gc
 import io
 import itertools
 import json
@@ -221,7 +222,19 @@ def write_grid_file(path: Path, grids: dict[str, "Grid | GridSet"]) -> None:
 
 @functools.lru_cache(maxsize=16)
 def read_grid_file(path: Path) -> dict[str, "Grid | GridSet"]:
-    """Every grid of a grid file, read once."""
+    """Every grid of a grid file, read once. The index's ~10^5 lists and floats live only until their
+    arrays are made (reference counting frees them; none is in a cycle), so the cyclic garbage collector
+    is paused meanwhile: its passes would only promote them and bring on a full collection later."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_grid_file(path)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read_grid_file(path: Path) -> dict[str, "Grid | GridSet"]:
     with zipfile.ZipFile(path) as archive:
         index = json.loads(archive.read("index.json"))
         flat = np.lib.format.read_array(io.BytesIO(archive.read("values.npy")), allow_pickle=False)
