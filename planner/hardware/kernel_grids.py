@@ -78,8 +78,8 @@ def cell(cells: Cells, log_x) -> tuple[np.ndarray, np.ndarray]:
 
 def on_lines(lines: np.ndarray, i: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Factors on each of `lines` (log factors at an axis's nodes, one row each) at the cells `i`, `w`:
-    shape (len(lines), *shape(i))."""
-    return np.exp(lines[:, i] * (1.0 - w) + lines[:, i + 1] * w)
+    shape (len(lines), *shape(i)); each cell's upper node is the next one (lines[:, 1:] at i)."""
+    return np.exp(lines[:, i] * (1.0 - w) + lines[:, 1:][:, i] * w)
 
 
 def interpolate(log_axes: tuple[np.ndarray, ...], values: np.ndarray, log_coords: tuple) -> np.ndarray:

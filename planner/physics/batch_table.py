@@ -82,6 +82,14 @@ def _memory_per_stage(inp: DeploymentInputs, st: Stages) -> tuple[np.ndarray, np
     return weights + np.where(st.is_last, draft_weights, 0.0), kv + np.where(st.is_last, draft_kv, 0.0)
 
 
+def _kept_memory(ctx: StepContext) -> tuple[np.ndarray, np.ndarray]:
+    """`_memory_per_stage`, kept for contexts on the same model, accelerator, formats and layout that
+    reserve as much KV per sequence and hold the draft module alike."""
+    inp = ctx.inp
+    return ctx.shared(("memory",), lambda: (inp.layout, inp.expert_slot_factor, kv_reservation(inp)[0], inp.speculative is None),
+                      lambda: _memory_per_stage(inp, ctx.st))
+
+
 def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chunk: np.ndarray, batches: np.ndarray) -> tuple[np.ndarray, ...]:
     """HBM use of the fullest stage's accelerators for each batch: weights, KV, activations (n,).
     A prefill replica's batch is the prompts it holds (being computed or awaiting their hand-off).
@@ -274,14 +282,13 @@ def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None, like: 
     lay = inp.layout
     ctx = step_context(inp, like.ctx.links if like else links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s))
     if like is not None:
-        return replace(like, ctx=ctx, memory_per_stage=_memory_per_stage(inp, ctx.st))
+        return replace(like, ctx=ctx, memory_per_stage=_kept_memory(ctx))
     model = StepModel.CALIBRATED if ctx.calibrated else StepModel.ROOFLINE
     pf = prefill_with_draft(ctx, np.array([float(max(packed_prompts(inp.input_tokens, inp.prefill_chunk_tokens), 1))]))
     prefill_step = _slowest_step(pf.terms, inp, model)
     low, high = _stated(model, prefill_step.low_ratio, prefill_step.high_ratio, FIRST_TOKEN)
     prefill_step = prefill_step._replace(low_ratio=float(low), high_ratio=float(high))
-    return FixedParts(ctx, model, pf, prefill_step, float(pf.tokens[0]) * lay.dp_attn / prefill_step.total_s,
-                      _memory_per_stage(inp, ctx.st))
+    return FixedParts(ctx, model, pf, prefill_step, float(pf.tokens[0]) * lay.dp_attn / prefill_step.total_s, _kept_memory(ctx))
 
 
 def _first_token_of_role(inp: DeploymentInputs, role: RoleStep, steps: DecodeSteps, stage_s: np.ndarray,

@@ -99,13 +99,13 @@ def prefill_pass(ctx: StepContext, prompts_per_rank) -> PrefillPass:
     inp, st = ctx.inp, ctx.st
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     tokens, prompts, n_chunks = pass_shape(inp.input_tokens, inp.prefill_chunk_tokens, prompts_per_rank)
-    pairs = ctx.shared("attention pairs", (lay.pp, inp.input_tokens), lambda: _attention_pairs(ctx))
+    pairs = ctx.shared(("attention pairs",), lambda: (lay.pp, inp.input_tokens), lambda: _attention_pairs(ctx))
     attention_flops = prompts[:, None] * pairs[None, :] / lay.tp
     tokens_rank, tokens_stage = tokens[:, None], tokens[:, None] * lay.dp_attn
     one = np.ones((len(tokens), lay.pp))
     if ctx.calibrated:
         classes = gemm_classes(ctx, tokens_rank, tokens_stage)
-        curve, bf16 = ctx.shared("prefill attention", (lay.tp,), lambda: _prefill_attention(ctx))
+        curve, bf16 = ctx.shared(("prefill attention",), lambda: (lay.tp,), lambda: _prefill_attention(ctx))
         attention = prefill_attention_kernel(curve, attention_flops, inp.input_tokens, st.n_layers, bf16)
         classes += [attention, elementwise(ctx, tokens_rank)]
         comm, spread = calibrated_comm(ctx, tokens_rank, tokens_stage, "normal")

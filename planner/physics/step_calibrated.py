@@ -127,10 +127,10 @@ def gemm_classes(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.nda
     inp, st = ctx.inp, ctx.st
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     apart = head_rows is not None
-    dense = ctx.shared("dense gemms", (lay.pp, lay.tp, apart), lambda: _dense_gemms(ctx, apart))
+    dense = ctx.shared(("dense gemms", apart), lambda: (lay.pp, lay.tp), lambda: _dense_gemms(ctx, apart))
     classes = [dense_gemm_time(dense, tokens_rank, head_rows)]
     if arch.is_moe:
-        x = ctx.shared("experts", (lay, inp.expert_slot_factor, inp.routing, mode), lambda: _experts(ctx, mode))
+        x = ctx.shared(("experts", mode), lambda: (lay, inp.expert_slot_factor, inp.routing), lambda: _experts(ctx, mode))
         classes.append(moe_kernel(x.curve, tokens_stage, x.shape, st.n_moe_layers, x.peak_flops_per_s, inp.rack.accelerator.hbm_bandwidth_bytes_per_s,
                                   prec.expert_weight_bytes, inp.expert_imbalance, x.eta_stream))
     return classes
@@ -154,7 +154,8 @@ def decode_attention(ctx: StepContext, per_rank: np.ndarray, queries: float = 1.
     the `queries` tokens of each sequence (speculative verification), whose query work counts as that
     many sequences."""
     inp = ctx.inp
-    curve, heads, per_token, windows = ctx.shared("decode attention", (inp.layout.pp, inp.layout.tp, inp.input_tokens, inp.output_tokens),
+    lay = inp.layout
+    curve, heads, per_token, windows = ctx.shared(("decode attention",), lambda: (lay.pp, lay.tp, inp.input_tokens, inp.output_tokens),
                                                   lambda: _attention(ctx))
     sequences = per_rank if queries == 1 else per_rank * queries
     parts = [decode_attention_kernel(curve, sequences, length, heads, per_rank * length * per_token, layers,
@@ -178,7 +179,7 @@ def elementwise(ctx: StepContext, tokens_rank: np.ndarray) -> KernelTime:
     """Norms and activations of every layer, the embedding on the first stage and the logits
     softmax and sampling on the last."""
     lay = ctx.inp.layout
-    layers, embedding, sampling, ops = ctx.shared("elementwise", (lay.pp, lay.tp), lambda: _elementwise_bytes(ctx))
+    layers, embedding, sampling, ops = ctx.shared(("elementwise",), lambda: (lay.pp, lay.tp), lambda: _elementwise_bytes(ctx))
     return elementwise_kernel(layers * tokens_rank + embedding * tokens_rank + sampling * tokens_rank, ops,
                               ctx.inp.rack.accelerator.hbm_bandwidth_bytes_per_s)
 
@@ -224,7 +225,7 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
     cross the NICs ('normal' mode: once per domain hit, DeepEP forwards in the node; group-limited routing caps the domains)."""
     inp = ctx.inp
     lay = inp.layout
-    x = ctx.shared("exchange", (lay, mode, inp.engine, inp.expert_groups_local, ctx.links.stage, inp.rack.n_accelerators),
+    x = ctx.shared(("exchange", mode), lambda: (lay, inp.engine, inp.expert_groups_local, ctx.links.stage, inp.rack.n_accelerators),
                    lambda: _exchange(ctx, mode))
     if None in x.curves:  # the engine has no all-to-all table here: the exchange over the graph's links
         return roofline_exchange(ctx, tokens_rank * lay.dp_attn), Spread()

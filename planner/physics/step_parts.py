@@ -79,11 +79,16 @@ class StepContext:
             value = self.cache[key] = build()
         return value
 
-    def shared(self, kind: str, values: tuple, build):
+    def shared(self, kind: tuple, values, build):
         """`build()` kept for every context on the same model, accelerator, overheads and kernel curves
-        (the same catalog objects) with equal formats and `values` (what else `build` reads)."""
-        inp = self.inp
-        return _kept(kind, (inp.arch, inp.rack.accelerator, inp.overheads, self.rates), (inp.precisions, *values), build)
+        (the same catalog objects) with equal formats and `values()` (what else `build` reads), and kept
+        by this context under `kind` (the bundle and what varies between its calls on one context)."""
+        hit = self.cache.get(kind)
+        if hit is None:
+            inp = self.inp
+            hit = self.cache[kind] = _kept(kind, (inp.arch, inp.rack.accelerator, inp.overheads, self.rates), (inp.precisions, *values()),
+                                           build)
+        return hit
 
     @property
     def calibrated(self) -> bool:
