@@ -303,6 +303,7 @@ def _imbalance_function(resolved: ResolvedProblem, model: ResolvedModel) -> Call
             cache[(ep, ranks_per_node)] = (placements[key].imbalance, expert_groups_local(model.arch, ep, ranks_per_node or ep, layers))
         return cache[(ep, ranks_per_node)]
 
+    expert_load.placements = placements  # the deployments' final greedy placements reuse these (_expert_placement)
     return expert_load
 
 
@@ -312,13 +313,19 @@ def _for_workload(c: Candidate, workload: str) -> Candidate:
     return c if c.workload == workload else replace(c, workload=workload)
 
 
-def _expert_placement(resolved: ResolvedProblem, model: ResolvedModel, c: Candidate, options) -> ExpertPlacement | None:
-    """The final placement of a deployment's experts on its expert-parallel ranks."""
+def _expert_placement(resolved: ResolvedProblem, model: ResolvedModel, c: Candidate, options,
+                      known: dict | None = None) -> ExpertPlacement | None:
+    """The final placement of a deployment's experts on its expert-parallel ranks. `known`: the greedy
+    placements the enumeration made from scratch (`_imbalance_function`), by width and grouping: the
+    same search on the same loads, taken as they are when this one is greedy from scratch too."""
     if not model.arch.is_moe or c.layout.ep == 1:
         return None
     loads = model.expert_loads if model.expert_loads is not None else synthetic_profile(model.arch, distribution="uniform")
     slots = slots_per_rank_for(model.arch.moe.n_routed_experts, c.layout.ep, options.redundant_experts_per_rank)
     previous = resolved.previous_expert_map(model.arch.id, c.layout.ep, slots)
+    key = (c.layout.ep, node_grouping(model.arch, loads, c.layout.ep, _ranks_per_domain(c), None))
+    if known and options.method == "greedy" and previous is None and key in known:
+        return replace(known[key], profile=model.expert_load_label)
     return place_experts(model.arch, loads, c.layout.ep, options.redundant_experts_per_rank, method=options.method,
                          time_limit_s=options.time_limit_s, profile=model.expert_load_label, previous=previous,
                          max_moves_per_layer=options.max_expert_moves_per_layer if previous is not None else None,
@@ -329,13 +336,13 @@ def _ranks_per_domain(c: Candidate) -> int:
     return ranks_per_domain(c.inputs.rack.n_accelerators, c.layout.ep, c.layout.stage_size)
 
 
-def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int]) -> list[Deployment]:
+def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int], imbalance: dict | None = None) -> list[Deployment]:
     problem = resolved.problem
     deployments = []
     for j, replicas in sorted(chosen.items(), key=lambda item: (data.candidates[item[0]].workload, data.candidates[item[0]].sort_key())):
         c = data.candidates[j]
         model = resolved.models[c.model_key]
-        experts = _expert_placement(resolved, model, c, problem.placement)
+        experts = _expert_placement(resolved, model, c, problem.placement, getattr((imbalance or {}).get(c.model_key), "placements", None))
         # the deployment the enumeration evaluated, with the expert load its placement measured
         inputs = replace(c.inputs, expert_imbalance=experts.imbalance if experts else 1.0,
                          expert_groups_local=expert_groups_local(model.arch, c.layout.ep, _ranks_per_domain(c),
@@ -353,11 +360,12 @@ def solve(resolved: ResolvedProblem, *, time_limit_s: float | None = None, seed:
     seed = options.seed if seed is None else seed
     workers = options.workers if workers is None else workers
     start = time.perf_counter()
-    data, analyses = prepare(resolved, progress=progress, workers=workers)
+    imbalance = expert_imbalance_functions(resolved)
+    data, analyses = prepare(resolved, progress=progress, imbalance=imbalance, workers=workers)
     raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers,
                      relative_gap_limit=options.relative_gap_limit) if data.candidates else \
         RawSolution("INFEASIBLE", {}, None, None, None, None, 0.0, "", 0, 0)
-    deployments = _deployments(resolved, data, raw.chosen)
+    deployments = _deployments(resolved, data, raw.chosen, imbalance)
     stats = SolverStats(raw.status, raw.objective, raw.best_bound, raw.gap, raw.wall_time_s, time.perf_counter() - start,
                         raw.unit, time_limit_s, seed, workers, len(data.candidates), raw.n_variables, raw.n_constraints)
     result = SolveResult(resolved, raw.status, stats, deployments, data, analyses)
