@@ -179,7 +179,7 @@ class GridSet:
 
     def grid(self, key) -> Grid:
         """The grid of the measured shape nearest to `key`."""
-        key = tuple(float(k) for k in key)
+        key = tuple(map(float, key))
         if key not in self._chosen:
             self._chosen[key] = Grid(self.axes, self.log_correction[self.nearest(key)])
         return self._chosen[key]
@@ -258,4 +258,8 @@ class GridRef:
     name: str
 
     def get(self) -> Grid | GridSet:
+        return self._loaded
+
+    @functools.cached_property
+    def _loaded(self) -> Grid | GridSet:
         return read_grid_file(self.path)[self.name]
