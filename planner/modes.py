@@ -91,6 +91,8 @@ class BatchLimit(StrEnum):
     NIC = "nic"  # a decode replica's NICs cannot take in its requests' KV caches any faster
     MAX_BATCH = "max_batch"  # solver.max_batch_per_replica
     LADDER = "ladder"  # a smaller batch kept for latency objectives and frontiers
+    PEAK = "peak"  # the fastest feasible batch is below the largest: larger ones slow each step more than they add
+    PAIRING = "pairing"  # a smaller decode batch kept for its prefill partners (pair TTFT, prefill replicas that feed it)
     PREFILL = "prefill"  # a prefill replica: its batch is the prompts it holds
 
 

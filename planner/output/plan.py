@@ -132,6 +132,8 @@ class Plan(_Strict):
     infeasibility: dict | None = None
     racks: dict[str, RackInstance] = {}
     kv_handoff: list[dict] = []
+    served: list[dict] = Field(default=[], description="per workload, the output tokens/s served: with prefill and decode pools the "
+                                                       "smaller of what decode makes and prefill feeds")
     problem_spec: dict = Field(description="the problem the plan solves, embedded so that the plan stands alone")
     problem_dir: str | None = Field(default=None, description="where relative paths of the problem resolve")
     notes: list[str] = []

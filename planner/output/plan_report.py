@@ -155,10 +155,21 @@ def _solve_core(result: SolveResult) -> dict:
             "constraints": s.n_constraints,
         },
         "fleet": {"usd_per_hour": result.usd_per_hour, "accelerators": result.accelerators, "racks": racks},
+        "served": [_served_record(result, w.name) for w in result.problem.workloads if result.of_workload(w.name)],
         "deployments": [deployment_record(d) for d in result.deployments],
         "explanation": _explanation_record(result),
         "infeasibility": _infeasibility_record(result),
     }
+
+
+def _served_record(result: SolveResult, workload: str) -> dict:
+    """What the plan serves for a workload: with prefill and decode pools, the smaller of what the
+    decode pool makes and what the prefill pool feeds."""
+    fed = result.fed_output_tokens_per_s(workload)
+    made = sum(d.output_tokens_per_s for d in result.of_workload(workload) if d.candidate.role is not ServingRole.PREFILL)
+    return {"workload": workload, "served_output_tokens_per_s": result.served_output_tokens_per_s(workload),
+            "made_output_tokens_per_s": made, "fed_output_tokens_per_s": fed,
+            "demand_output_tokens_per_s": result.data.demand_tokens_per_s.get(workload)}
 
 
 def expert_lines(result: SolveResult) -> list[str]:
@@ -218,6 +229,12 @@ def render_solve(result: SolveResult, console: Console) -> None:
         console.print(_plan_table(result))
         console.print(f"Fleet: {result.accelerators} accelerators, {format_usd(result.usd_per_hour)}/h "
                       "(prices are catalog estimates unless the problem overrides them)")
+        for w in result.problem.workloads:
+            served = _served_record(result, w.name)
+            if served["fed_output_tokens_per_s"] is not None:  # a pair of pools serves the smaller of its two rates
+                console.print(f"{escape(w.name)}: serves {format_rate(served['served_output_tokens_per_s'])} output tokens: the decode pool "
+                              f"makes {format_rate(served['made_output_tokens_per_s'])}, the prefill pool feeds "
+                              f"{format_rate(served['fed_output_tokens_per_s'])}")
         if result.explanation is not None:
             console.print("[bold]Why this plan[/bold]")
             for line in result.explanation.lines():

@@ -382,7 +382,7 @@ def _check_workload(w, mine: list[_Checked], out: list[Violation]) -> None:
 
 def score_plan(resolved: ResolvedProblem, record: dict) -> PlanScore:
     """Cost and throughput of a plan recomputed from the catalog and the roofline."""
-    usd, accelerators, served = 0.0, 0, {}
+    usd, accelerators, made, fed = 0.0, 0, {}, {}
     for d in record.get("deployments") or []:
         inp = _inputs(resolved, d, "deployment", [])
         if inp is None:
@@ -391,7 +391,7 @@ def score_plan(resolved: ResolvedProblem, record: dict) -> PlanScore:
         e = estimate(inp)
         usd += replicas * e.usd_per_hour  # accelerators at catalog prices, plus a prompt cache held outside HBM
         accelerators += replicas * inp.layout.n_accelerators
-        if inp.role is ServingRole.PREFILL:
-            continue
-        served[d["workload"]] = served.get(d["workload"], 0.0) + replicas * inp.output_tokens / e.replica_seconds_per_request
-    return PlanScore(usd, accelerators, served)
+        rates = fed if inp.role is ServingRole.PREFILL else made  # output tokens a prefill replica's prompts will make, or made
+        rates[d["workload"]] = rates.get(d["workload"], 0.0) + replicas * inp.output_tokens / e.replica_seconds_per_request
+    # a prefill pool and a decode pool serve the smaller of their two rates
+    return PlanScore(usd, accelerators, {w: min(rate, fed.get(w, rate)) for w, rate in made.items()})

@@ -1,5 +1,6 @@
-"""The largest batch a layout serves within a workload's limits: checked on a grid of batch sizes,
-then refined exactly between the last grid point that passes and the first that fails.
+"""The batches a layout serves within a workload's limits: checked on a grid of batch sizes, then
+every multiple of the batch granularity up to the first grid point past the last that passes
+(`feasible_chain`).
 
 The searches are generators: each batch table they need is asked for by yielding (inputs, batches)
 and comes back through `send`, so that `shared_tables.run_together` can evaluate the tables of
@@ -16,10 +17,9 @@ from planner.modes import BatchLimit, ServingRole
 from planner.physics.estimate import BatchTable, DeploymentInputs
 from planner.problem.resolve import ResolvedWorkload
 
-__all__ = ["Limits", "Request", "batch_grid", "feasible", "largest_feasible_batch", "limit_reason", "limits_for"]
+__all__ = ["Limits", "Request", "batch_grid", "every_batch", "feasible", "feasible_chain", "limit_reason", "limits_for"]
 
 GRID_STEPS = (1.0, 1.5)  # batch grid: multiples 1, 1.5, 2, 3, 4, 6, 8, ... of the batch granularity
-REFINE_POINTS = 257  # batch sizes evaluated at once when refining between two grid points
 
 Request = tuple[DeploymentInputs, np.ndarray]  # what a search yields: the inputs and batches of a table it needs
 
@@ -30,8 +30,12 @@ def batch_grid(granularity: int, max_batch: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1024)  # a few dozen distinct grids, asked for by every workload and layout
 def _grid(granularity: int, max_batch: int) -> tuple[int, ...]:
-    multiples = sorted({round(step * 2**k) for k in range(40) for step in GRID_STEPS if step * 2**k * granularity <= max_batch})
-    return tuple(m * granularity for m in multiples)
+    """Multiples 1, 1.5, 2, 3, 4, ... of the granularity, and the largest multiple the cap allows (so
+    that a layout every grid point suits is refined up to the cap, not stopped at the last point)."""
+    multiples = {round(step * 2**k) for k in range(40) for step in GRID_STEPS if step * 2**k * granularity <= max_batch}
+    if max_batch >= granularity:
+        multiples.add(max_batch // granularity)
+    return tuple(m * granularity for m in sorted(multiples))
 
 
 @dataclass(frozen=True)
@@ -92,18 +96,11 @@ def limit_reason(table: BatchTable, limits: Limits, index: int) -> BatchLimit:
     return _first_failed(_checks(table, limits), index)
 
 
-def _probes(lo: int, hi: int) -> np.ndarray:
-    """Batches (in multiples of the granularity) to evaluate between `lo` and `hi`: all of them when
-    they are few (what the evenly spaced points are then), else REFINE_POINTS evenly spaced."""
-    if hi - lo + 1 <= REFINE_POINTS:
-        return np.arange(lo, hi + 1)
-    return np.unique(np.linspace(lo, hi, num=REFINE_POINTS).round().astype(int))
-
-
-def largest_feasible_batch(inp: DeploymentInputs, limits: Limits,
-                           table: BatchTable) -> Generator[Request, BatchTable, tuple[BatchTable, int, str] | None]:
-    """From the layout's table on its batch grid: the largest feasible batch after an exact
-    refinement between grid points, and the reason the next batch fails."""
+def feasible_chain(inp: DeploymentInputs, limits: Limits,
+                   table: BatchTable) -> Generator[Request, BatchTable, tuple[BatchTable, np.ndarray, str] | None]:
+    """From the layout's table on its batch grid: its table at every multiple of the granularity up
+    to the first grid point past the last feasible one, the indices of the feasible batches in it,
+    and the reason the batch after the largest of them fails (None when even the smallest fails)."""
     q = inp.layout.pp * inp.layout.dp_attn
     grid = table.batches
     checks = _checks(table, limits)
@@ -111,15 +108,27 @@ def largest_feasible_batch(inp: DeploymentInputs, limits: Limits,
     if not ok[0]:
         return None
     last = int(np.flatnonzero(ok)[-1])
-    if last == len(grid) - 1:
-        return table, last, BatchLimit.MAX_BATCH
-    lo, hi = int(grid[last]) // q, int(grid[last + 1]) // q  # multiples of q: lo feasible, hi not
-    reason = _first_failed(checks, last + 1)
-    while hi - lo > 1:
-        probe = _probes(lo, hi)
-        fine = yield inp, probe * q
-        checks = _checks(fine, limits)
-        best = int(np.flatnonzero(_all_pass(fine, checks))[-1])
-        lo, hi = int(probe[best]), int(probe[best + 1])
-        table, last, reason = fine, best, _first_failed(checks, best + 1)
-    return table, last, reason
+    top = int(grid[last]) if last == len(grid) - 1 else int(grid[last + 1]) - q
+    chain = yield inp, np.arange(1, top // q + 1) * float(q)
+    chain_checks = _checks(chain, limits)
+    members = np.flatnonzero(_all_pass(chain, chain_checks))
+    largest = int(members[-1])
+    if largest + 1 < len(chain.batches):
+        reason = _first_failed(chain_checks, largest + 1)
+    else:
+        reason = BatchLimit.MAX_BATCH if last == len(grid) - 1 else _first_failed(checks, last + 1)
+    return chain, members, reason
+
+
+def every_batch(inp: DeploymentInputs, max_batch: int) -> Generator[Request, BatchTable, BatchTable]:
+    """The layout's table at every multiple of its batch granularity up to the largest that fits HBM
+    (or `max_batch`), with no grid: what the exhaustive reference enumerates. HBM use grows with the
+    batch, so the range doubles until its last batch no longer fits."""
+    q = inp.layout.pp * inp.layout.dp_attn
+    top = max_batch // q
+    count = min(64, top)
+    while True:
+        table = yield inp, np.arange(1, count + 1) * float(q)
+        if count == top or not table.fits[-1]:
+            return table
+        count = min(2 * count, top)

@@ -18,9 +18,7 @@ import numpy as np
 from planner.hardware.catalog import Overheads, RackType
 from planner.model.architecture import (
     ModelArch,
-    ParamCounts,
     kv_bytes_per_sequence,
-    param_counts,
 )
 from planner.modes import (
     BatchLimit,
@@ -49,20 +47,18 @@ from planner.solver.batch_search import (
     Limits,
     Request,
     batch_grid,
+    every_batch,
     feasible,
-    largest_feasible_batch,
+    feasible_chain,
     limit_reason,
     limits_for,
 )
+from planner.solver.layouts import enumerate_layouts
 from planner.solver.shared_tables import run_together
 from planner.units import SECONDS_PER_HOUR
 
-__all__ = ["Candidate", "CandidateSettings", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_p90_s",
-           "pair_ttft_s"]
-
-MAX_PIPELINE_STAGES = 16
-EXTRA_PIPELINE_DOUBLINGS = 2  # also try 2x and 4x the fewest stages that hold the weights
-
+__all__ = ["Candidate", "CandidateSettings", "Chain", "RackAnalysis", "analyse_rack", "enumerate_layouts", "handoff_s", "pair_ttft_p90_s",
+           "pair_ttft_s", "replica_usd_per_hour", "served_tokens_per_s"]
 
 @dataclass(frozen=True)
 class CandidateSettings:
@@ -75,6 +71,7 @@ class CandidateSettings:
     engine: Engine = Engine.TRTLLM
     step_model: StepModel = StepModel.CALIBRATED
     confidence: Confidence = Confidence.MEDIAN
+    every_batch: bool = False  # a candidate at every feasible batch, with no grid (the exhaustive reference)
 
 
 @dataclass(frozen=True)
@@ -148,6 +145,21 @@ class Candidate:
         return f"{role}{self.rack_id} {self.layout.describe()}, batch {self.batch}{mtp}"
 
 
+def served_tokens_per_s(chosen: Iterable[tuple[Candidate, int]]) -> float:
+    """Output tokens per second that the replicas `chosen` ((candidate, replicas) of one workload)
+    serve: what its aggregated or decode replicas make, or, with prefill and decode pools, the
+    smaller of that and what the prefill pool feeds (a pair serves the smaller of its two rates)."""
+    made = fed = 0.0
+    split = False
+    for c, replicas in chosen:
+        if c.role is ServingRole.PREFILL:
+            fed += replicas * c.output_tokens_per_s
+            split = True
+        else:
+            made += replicas * c.output_tokens_per_s
+    return min(made, fed) if split else made
+
+
 def handoff_s(prefill: Candidate, decode: Candidate) -> float:
     """Time to move one request's prompt KV cache from a prefill replica to a decode replica over
     the slower side's NICs (the planner's bound; a placement in one NVLink domain is faster)."""
@@ -179,52 +191,51 @@ class RackAnalysis:
     min_tpot_s: float = math.inf  # best TPOT of any layout that fits HBM
     min_ttft_s: float = math.inf  # the lowest 90th-percentile TTFT of any layout that fits HBM
     max_stage_size: int = 0
+    chains: list["Chain"] = field(default_factory=list)  # decode layouts' feasible batches (pair_batches picks among them)
 
     def reject(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
 
 
-def _powers_of_two(limit: int) -> list[int]:
-    return [2**k for k in range(int(math.log2(limit)) + 1)] if limit >= 1 else []
+@dataclass
+class Chain:
+    """A layout's feasible batches in one role: its table at every multiple of its batch granularity
+    up to the largest feasible batch, and what a candidate at one of them needs."""
+
+    inp: DeploymentInputs
+    workload: ResolvedWorkload
+    table: BatchTable
+    members: np.ndarray  # indices (into the table) of the batches that meet every limit
+    reason: str  # what stops the largest of them growing
+    spans: bool
+    notes: tuple[str, ...]
+    handoff: tuple[float, float]
+
+    def candidate(self, i: int, limit: str) -> Candidate:
+        return _candidate(self.inp, self.workload, self.table, i, limit, self.spans, self.notes, self.handoff)
+
+    def best_reason(self) -> str:
+        """What stops the fastest feasible batch: what stops the largest, or, below it, the peak."""
+        return self.reason if self.best() == int(self.members[-1]) else BatchLimit.PEAK
+
+    def ladder(self) -> list[int]:
+        """Table indices of the feasible batches on the batch grid up to the fastest, and the fastest."""
+        q = self.inp.layout.pp * self.inp.layout.dp_attn
+        best = self.best()
+        on_grid = set(batch_grid(q, int(self.table.batches[best])).astype(int))
+        return sorted({int(i) for i in self.members if int(self.table.batches[i]) in on_grid and i <= best} | {best})
+
+    def best(self, among: np.ndarray | None = None) -> int:
+        """The feasible batch (of `among`, table indices) with the most output tokens per second; of
+        equal rates the smallest. None of `among`: all feasible batches."""
+        among = self.members if among is None else among
+        rates = self.table.sustained_output_tokens_per_s[among]
+        return int(among[np.flatnonzero(rates == rates.max())[0]])
 
 
-def _weights_fit(counts: ParamCounts, layout: Layout, precisions: Precisions, capacity: float, reserve: float) -> bool:
-    """Cheap screen before any graph work: even-split weights plus the runtime reserve fit HBM."""
-    routed = counts.layers_routed_total
-    dense = counts.total - routed
-    per_accelerator = (dense * precisions.weight_bytes / layout.tp + routed * precisions.expert_weight_bytes / layout.stage_size) / layout.pp
-    return per_accelerator + reserve <= capacity
-
-
-def enumerate_layouts(arch: ModelArch, rack: RackType, precisions: Precisions, overheads: Overheads,
-                      max_stage_size: int, max_accelerators: int | None) -> Iterable[Layout]:
-    """Valid layouts with power-of-two stage sizes up to `max_stage_size`."""
-    capacity = rack.accelerator.hbm_capacity_bytes
-    reserve = overheads.runtime_reserved_bytes
-    counts = param_counts(arch)
-    for stage in _powers_of_two(max_stage_size):
-        for tp in _powers_of_two(stage):
-            dp_attn = stage // tp
-            if not arch.is_moe and dp_attn > 1:
-                continue
-            ep_options = {1}
-            if arch.is_moe:
-                ep_options = {e for e in (1, dp_attn, stage) if arch.moe.n_routed_experts % e == 0}
-            for ep in sorted(ep_options):
-                base = Layout(tp=tp, ep=ep, pp=1, dp_attn=dp_attn)
-                fewest = next((p for p in _powers_of_two(MAX_PIPELINE_STAGES) if _weights_fit(counts, Layout(tp, ep, p, dp_attn), precisions, capacity, reserve)), None)
-                if fewest is None:
-                    yield base  # reported as an HBM rejection
-                    continue
-                for k in range(EXTRA_PIPELINE_DOUBLINGS + 1):
-                    pp = fewest * 2**k
-                    if pp > min(MAX_PIPELINE_STAGES, arch.n_layers):
-                        break
-                    if pp > 1 and stage * pp <= max_stage_size:
-                        break  # engines split a model into pipeline stages only past one scale-up domain; inside it they widen TP/EP
-                    if max_accelerators is not None and stage * pp > max_accelerators:
-                        break
-                    yield Layout(tp=tp, ep=ep, pp=pp, dp_attn=dp_attn)
+def replica_usd_per_hour(inp: DeploymentInputs, table: BatchTable, i: int) -> float:
+    """One replica's price per hour at the table's batch i: its accelerators and the prompt cache it holds outside HBM."""
+    return inp.rack.accelerator.price_usd_per_hour * inp.layout.n_accelerators + float(table.storage_usd_per_s[i]) * SECONDS_PER_HOUR
 
 
 def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTable, i: int, reason: str,
@@ -247,7 +258,7 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
         ttft_p90_s=float(table.ttft_p90_s[i]),
         decode_tokens_per_s=float(table.decode_tokens_per_s[i]),
         output_tokens_per_s=output_rate,
-        usd_per_hour=inp.rack.accelerator.price_usd_per_hour * inp.layout.n_accelerators + float(table.storage_usd_per_s[i]) * SECONDS_PER_HOUR,
+        usd_per_hour=replica_usd_per_hour(inp, table, i),
         hbm_fill_fraction=float(table.used_bytes[i] / table.capacity_bytes),
         dominant_term=StepTerm(max(step, key=step.__getitem__)),
         batch_limit=reason,
@@ -305,20 +316,23 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
 
 def _layout_candidates(base: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
                        notes: tuple[str, ...], handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, None]:
-    """One layout's candidates for `workload` in each role it allows (and, with speculative decoding,
-    each number of draft tokens it allows), into `analysis`."""
-    reasons, tried = [], 0
+    """One layout's candidates for `workload` in each role it allows, each number of draft tokens it
+    allows (speculative decoding) and each place for its prompt cache (which is cheapest depends on
+    the fleet: holding a prefix costs its tier's price, recomputing it prefill time), into `analysis`."""
+    reasons, found = [], False
     for role in workload.roles:
         for spec in [None] if workload.speculative is None else workload.speculative.for_role(role):
-            tried += 1
             inp = replace(base, role=role, speculative=spec)
-            found = yield from _cheapest_cache_option(inp, workload, settings, spans, notes, handoff, analysis)
-            if isinstance(found, str):
-                reasons.append(found)
-            else:
-                analysis.candidates.extend(found)
-    if len(reasons) == tried:
-        analysis.reject(reasons[0])
+            for option in _cache_options(inp, workload):
+                result = yield from _role_candidates(inp if inp.prefix_cache is option else replace(inp, prefix_cache=option), workload,
+                                                     settings, spans, notes, handoff, analysis)
+                if isinstance(result, str):
+                    reasons.append(result)
+                else:
+                    analysis.candidates.extend(result)
+                    found = True
+    if not found:
+        analysis.reject(reasons[0] if reasons else "hbm")
 
 
 def _cache_options(inp: DeploymentInputs, workload: ResolvedWorkload) -> list[CacheUse | None]:
@@ -331,65 +345,54 @@ def _cache_options(inp: DeploymentInputs, workload: ResolvedWorkload) -> list[Ca
     return ([None] if request.tier == "auto" else []) + options
 
 
-def _cheapest_cache_option(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool, notes: tuple[str, ...],
-                           handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, list[Candidate] | str]:
-    """The layout's candidates in one role with the cheapest place for its prompt cache: holding a
-    prefix costs its tier's price for the retention time, recomputing it costs prefill; the option
-    with the lowest cost per output token at its largest feasible batch wins."""
-    best, reasons = None, []
-    for option in _cache_options(inp, workload):
-        found = yield from _role_candidates(inp if inp.prefix_cache is option else replace(inp, prefix_cache=option), workload, settings,
-                                            spans, notes, handoff, analysis)
-        if isinstance(found, str):
-            reasons.append(found)
-        elif best is None or found[0].usd_per_million_output_tokens < best[0].usd_per_million_output_tokens * (1 - 1e-12):
-            best = found
-    return best if best is not None else (reasons[0] if reasons else "hbm")
-
-
 def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool, notes: tuple[str, ...],
                      handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, list[Candidate] | str]:
-    """The layout's candidates in one role, or the reason it has none."""
+    """The layout's candidates in one role, or the reason it has none: its largest feasible batch;
+    for a latency objective every feasible batch; for a decode role also its chain of feasible
+    batches, from which prepare() adds the smaller batches its prefill partners need (pair_batches)."""
     layout = inp.layout
     limits = limits_for(workload, inp.role, handoff[1], handoff[0], settings.confidence is Confidence.HIGH)
     if inp.role is ServingRole.PREFILL:  # prompts per pass: from one per attention rank and micro-batch to what the budget holds
         return (yield from _prefill_candidates(inp, workload, limits, spans, notes, handoff, analysis))
     if layout.pp * layout.dp_attn > settings.max_batch_per_replica:  # one sequence per stage and attention rank at the least
         return BatchLimit.MAX_BATCH
+    if settings.every_batch:
+        table = yield from every_batch(inp, settings.max_batch_per_replica)
+        ok = np.flatnonzero(feasible(table, limits))
+        return [_candidate(inp, workload, table, int(i), BatchLimit.LADDER, spans, notes, handoff) for i in ok] if len(ok) else "limits"
     grid = yield inp, batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica)
     analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
     if not grid.fits[0]:
         return "hbm"
     analysis.min_tpot_s = min(analysis.min_tpot_s, float(grid.tpot_s[0]))
     analysis.min_ttft_s = min(analysis.min_ttft_s, float(grid.ttft_p90_s[0]))
-    found = yield from largest_feasible_batch(inp, limits, grid)
+    found = yield from feasible_chain(inp, limits, grid)  # every feasible batch: the fastest is not always the largest
     if found is None:
         return limit_reason(grid, limits, 0)
-    table, best, reason = found
-    out = [_candidate(inp, workload, table, best, reason, spans, notes, handoff)]
-    if settings.keep_batch_ladder:
-        ladder = yield inp, batch_grid(layout.pp * layout.dp_attn, int(table.batches[best]))
-        out += [_candidate(inp, workload, ladder, int(i), BatchLimit.LADDER, spans, notes, handoff) for i in np.flatnonzero(feasible(ladder, limits))]
-    return out
+    chain = Chain(inp, workload, *found, spans, notes, handoff)
+    if inp.role is ServingRole.DECODE or settings.keep_batch_ladder:  # workload_candidates picks its batches: once its prefill
+        analysis.chains.append(chain)  # partners are known (decode), and for a latency objective, which trades TPOT against throughput
+    return [chain.candidate(chain.best(), chain.best_reason())]
 
 
 def _prefill_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, limits: Limits, spans: bool, notes: tuple[str, ...],
                         handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, list[Candidate] | str]:
     """A prefill layout's candidates: its batch is the prompts one pass holds, so a larger batch
-    prefills more per second and makes each prompt wait longer. The largest batch within the TTFT
-    limit and HBM, and every smaller one on the grid: a prefill-decode pair's TTFT adds the KV
-    hand-off and the decode join, so a faster, dearer prefill pass can be the only one that pairs."""
+    prefills more per second and makes each prompt wait longer. Every batch within the TTFT limit and
+    HBM (a pass holds at most what the token budget packs, so they are few): a prefill-decode pair's
+    TTFT adds the KV hand-off and the decode join, so a faster, dearer prefill pass can be the only
+    one that pairs, and without a demand a slower one may need fewer replicas to feed a decode one."""
     layout = inp.layout
     unit = layout.pp * layout.dp_attn
-    grid = yield inp, batch_grid(unit, unit * max(packed_prompts(inp.input_tokens, inp.prefill_chunk_tokens), 1))
-    analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
-    if not grid.fits[0]:
+    table = yield inp, np.arange(1, max(packed_prompts(inp.input_tokens, inp.prefill_chunk_tokens), 1) + 1) * float(unit)
+    analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(table.used_bytes[0]))
+    if not table.fits[0]:
         return "hbm"
-    analysis.min_ttft_s = min(analysis.min_ttft_s, float(grid.ttft_p90_s[0]))
-    ok = feasible(grid, limits)
+    analysis.min_ttft_s = min(analysis.min_ttft_s, float(table.ttft_p90_s[0]))
+    ok = feasible(table, limits)
     if not ok[0]:
-        return limit_reason(grid, limits, 0)
+        return limit_reason(table, limits, 0)
     last = int(np.flatnonzero(ok)[-1])
-    reason = BatchLimit.PREFILL if last == len(grid.batches) - 1 else limit_reason(grid, limits, last)
-    return [_candidate(inp, workload, grid, i, reason if i == last else BatchLimit.LADDER, spans, notes, handoff)
+    reason = BatchLimit.PREFILL if last == len(table.batches) - 1 else limit_reason(table, limits, last)
+    return [_candidate(inp, workload, table, i, reason if i == last else BatchLimit.LADDER, spans, notes, handoff)
             for i in np.flatnonzero(ok)]

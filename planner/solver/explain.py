@@ -29,9 +29,20 @@ LIMIT_SENTENCES = {
     "ttft": "the TTFT limit binds: batch {batch} is the largest whose 90th-percentile TTFT (waiting plus prefill) stays within {limit}",
     "max_batch": "the batch cap binds: batch {batch} is solver.max_batch_per_replica",
     "ladder": "a smaller batch than the largest feasible one, chosen for latency",
+    "pairing": "batch {batch}, below the largest feasible one, so that {pairing}",
+    "peak": "batch {batch} makes the most tokens per second: larger batches meet the limits but slow each step more than they add",
     "nic": "the NICs bind: batch {batch} is the largest whose requests' KV caches the replica's scale-out links can receive",
     "prefill": "a prefill replica with {prompts} per pass{full}: {rate} prompt tokens, a first token after {latency} on average",
 }
+
+def _pairing_reason(w) -> str:
+    """Why a decode replica runs below its largest feasible batch (pair_batches): with a demand, only
+    for its pairs' TTFT; without one, also so that the prefill replicas the racks hold keep it fed."""
+    ttft = "its requests' TTFT (prefill, KV hand-off, joining a decode step) stays within the limit"
+    fed = "the prefill replicas the racks hold keep it fed"
+    if w.output_tokens_per_s is not None:
+        return ttft
+    return fed if w.ttft_limit_s is None else f"{fed}, or {ttft}"
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,8 @@ def _deployment(result, d) -> DeploymentExplanation:
     binding = LIMIT_SENTENCES[kind].format(batch=c.batch, limit=format_seconds(limit) if limit else "",
                                            prompts=f"{c.batch} prompt" + ("s" if c.batch != 1 else ""),
                                            full=" (full passes)" if c.batch_limit == "prefill" else "",
-                                           rate=format_rate(c.input_tokens_per_s), latency=format_seconds(e.ttft_s))
+                                           rate=format_rate(c.input_tokens_per_s), latency=format_seconds(e.ttft_s),
+                                           pairing=_pairing_reason(w))
     prefill = c.role is ServingRole.PREFILL
     step = e.prefill_chunk_step if prefill else e.serving_step
     dominant = _dominant_sentence(step, "a prefill pass" if prefill else "the decode step")
@@ -187,8 +199,14 @@ def _fleet(result) -> list[str]:
             lines.extend(_room_for_replicas(result, w.name))
             continue
         served = result.served_output_tokens_per_s(w.name)
-        lines.append(f"{w.name}: serves {format_rate(served)} output tokens for a demand of {format_rate(w.output_tokens_per_s)} "
-                     f"({served / w.output_tokens_per_s - 1:+.0%} headroom from whole replicas)")
+        line = (f"{w.name}: serves {format_rate(served)} output tokens for a demand of {format_rate(w.output_tokens_per_s)} "
+                f"({served / w.output_tokens_per_s - 1:+.0%} headroom from whole replicas)")
+        fed = result.fed_output_tokens_per_s(w.name)
+        if fed is not None:  # a pair of pools serves the smaller of its two rates
+            made = sum(d.output_tokens_per_s for d in result.of_workload(w.name, ServingRole.DECODE))
+            line += (f"; the decode pool makes {format_rate(made)}, the prefill pool feeds {format_rate(fed)}: "
+                     f"the {'prefill' if fed < made else 'decode'} pool sets the rate")
+        lines.append(line)
     return lines
 
 

@@ -15,7 +15,9 @@ from ortools.sat.python import cp_model
 from planner.modes import ConstraintFamily, FamilyKind, ServingRole
 from planner.placement.packing import aligned_free_blocks, stage_kind
 from planner.problem.schema import Objective
+from planner.physics.cost import usd_per_million_tokens
 from planner.solver.candidates import Candidate, pair_ttft_p90_s
+from planner.units import SECONDS_PER_HOUR
 
 __all__ = [
     "THROUGHPUT_RESOLUTION",
@@ -25,9 +27,12 @@ __all__ = [
     "PlanningData",
     "RackPool",
     "build_model",
+    "pool_replicas",
     "primary_objective",
     "rack_items",
     "tie_break_objective",
+    "unit_figure",
+    "unit_figure_of",
 ]
 
 USD_RESOLUTION = 1e-6  # money in micro-dollars (per hour, or per million tokens)
@@ -69,6 +74,7 @@ class PlanningData:
     excluded: tuple[frozenset[int], ...] = ()  # sets of candidates that may not all be used together
     ttft_limit_s: dict[str, float | None] = field(default_factory=dict)  # workload -> TTFT limit (checked on prefill-decode pairs)
     forced_split: dict[str, bool] = field(default_factory=dict)  # workload -> serving mode fixed (True: disaggregated)
+    ladder: object | None = None  # latency_batches.LatencyLadder: min_tpot's batches, refined while solving (solve_refined)
 
     @property
     def has_demand(self) -> bool:
@@ -156,12 +162,19 @@ def replica_bound(data: PlanningData, j: int) -> int:
         bound = -(-fed // max(_rate(data, j), 1))
     else:
         bound = math.ceil(demand / c.output_tokens_per_s)
-    pool = data.pools.get(c.rack_id)
-    if pool is not None and pool.count is not None:
-        kind, size = rack_items(c, pool)
-        stages = pool.perfect * (pool.domain_size // size) + pool.slots(size) if kind == "slots" else pool.perfect // size
-        bound = min(bound, stages // c.stages)
+    held = pool_replicas(c, data.pools.get(c.rack_id))
+    if held is not None:
+        bound = min(bound, held)
     return max(0, min(bound, data.max_replicas))
+
+
+def pool_replicas(c: Candidate, pool: RackPool | None) -> int | None:
+    """How many replicas of `c` its rack type's pool holds on its own (None: the pool is unbounded)."""
+    if pool is None or pool.count is None:
+        return None
+    kind, size = rack_items(c, pool)
+    stages = pool.perfect * (pool.domain_size // size) + pool.slots(size) if kind == "slots" else pool.perfect // size
+    return stages // c.stages
 
 
 def new_vars(model: cp_model.CpModel, data: PlanningData) -> PlanVars:
@@ -294,10 +307,27 @@ def fleet_cost(v: PlanVars, data: PlanningData) -> cp_model.LinearExpr:
     return cp_model.LinearExpr.weighted_sum(v.replicas, costs)
 
 
+def unit_figure(c: Candidate, objective: Objective) -> int:
+    """What one used candidate adds to a workload's objective without a demand, in the model's
+    integer units (`unit_figure_of`)."""
+    return unit_figure_of(objective, c.tpot_s, c.output_tokens_per_s, c.accelerators, c.usd_per_hour)
+
+
+def unit_figure_of(objective: Objective, tpot_s: float, output_tokens_per_s: float, accelerators: int, usd_per_hour: float) -> int:
+    """What one replica with these figures adds to a workload's objective without a demand:
+    micro-USD per million output tokens (min_cost), accelerator-nanoseconds per output token
+    (max_throughput_per_accelerator), or its TPOT in nanoseconds (min_tpot, whose workload term is
+    the largest of these); as Candidate's properties compute them."""
+    if objective is Objective.MIN_TPOT:
+        return _scaled(tpot_s, TIME_RESOLUTION_S, round_up=True)
+    if objective is Objective.MAX_THROUGHPUT_PER_ACCELERATOR:
+        return _scaled(1.0 / (output_tokens_per_s / accelerators), TIME_RESOLUTION_S, round_up=True)
+    return _scaled(usd_per_million_tokens(usd_per_hour / SECONDS_PER_HOUR, output_tokens_per_s), USD_RESOLUTION, round_up=True)
+
+
 def token_cost(v: PlanVars, data: PlanningData) -> cp_model.LinearExpr:
     """Sum over workloads of the chosen candidate's micro-USD per million output tokens."""
-    costs = [_scaled(c.usd_per_million_output_tokens, USD_RESOLUTION, round_up=True) for c in data.candidates]
-    return cp_model.LinearExpr.weighted_sum(v.used, costs)
+    return cp_model.LinearExpr.weighted_sum(v.used, [unit_figure(c, Objective.MIN_COST) for c in data.candidates])
 
 
 def accelerators_used(v: PlanVars, data: PlanningData) -> cp_model.LinearExpr:
@@ -309,7 +339,7 @@ def accelerator_time_per_token(v: PlanVars, data: PlanningData) -> cp_model.Line
     candidates: the inverse of throughput per accelerator, and additive, so that a prefill pool
     and a decode pool combine as 1/r_prefill + 1/r_decode (a rate-matched pair) instead of adding
     their per-accelerator rates."""
-    times = [_scaled(1.0 / c.output_tokens_per_s_per_accelerator, TIME_RESOLUTION_S, round_up=True) for c in data.candidates]
+    times = [unit_figure(c, Objective.MAX_THROUGHPUT_PER_ACCELERATOR) for c in data.candidates]
     return cp_model.LinearExpr.weighted_sum(v.used, times)
 
 
@@ -317,7 +347,7 @@ def tpot_sum(model: cp_model.CpModel, v: PlanVars, data: PlanningData) -> cp_mod
     """Sum over workloads of the slowest TPOT among the candidates a workload uses (ns)."""
     for w in data.workloads:
         js = data.candidates_of(w)
-        times = {j: _scaled(data.candidates[j].tpot_s, TIME_RESOLUTION_S, round_up=True) for j in js}
+        times = {j: unit_figure(data.candidates[j], Objective.MIN_TPOT) for j in js}
         var = model.new_int_var(0, max(times.values(), default=0), f"tpot[{w}]")
         for j in js:
             model.add(var >= times[j]).only_enforce_if(v.used[j])

@@ -1,5 +1,15 @@
 """Pareto pruning of candidates: per workload, rack type and serving role, drop every candidate that
-another beats on cost per token (and, for latency objectives, on TPOT and TTFT too)."""
+another beats on everything the planning model asks of it.
+
+A candidate k may replace a candidate c in any plan when it packs wherever c packs (a stage no larger
+and no more accelerators: power-of-two stages fill aligned blocks), costs no more per hour, makes at
+least as many tokens per second and, where it matters, is no slower: TPOT for latency objectives;
+for the pairing of prefill and decode pools, every partner c may pair with within the TTFT limit
+(`partners`, bit sets over the prefill candidates), or else no longer a TTFT (90th percentile, what
+limits hold at) and no less NIC bandwidth.
+"""
+
+from collections.abc import Sequence
 
 from planner.modes import ServingRole
 from planner.solver.candidates import Candidate
@@ -7,25 +17,34 @@ from planner.solver.candidates import Candidate
 __all__ = ["pareto_prune"]
 
 
-def pareto_prune(candidates: list[Candidate], use_latency: bool = False) -> list[Candidate]:
-    """Drop every candidate another one of the same role beats: no more accelerators, at least the
-    throughput (and, with `use_latency`, no worse TPOT), strictly better somewhere. Prefill and
-    decode candidates also keep what their pairing depends on: TTFT and NIC bandwidth. Ties keep
-    the canonical first."""
+def _dominates(k: Candidate, c: Candidate, use_latency: bool, pairs: tuple[int, int] | None) -> bool:
+    if k.accelerators > c.accelerators or k.stage_size > c.stage_size or k.usd_per_hour > c.usd_per_hour:
+        return False
+    if k.output_tokens_per_s < c.output_tokens_per_s or (use_latency and k.tpot_s > c.tpot_s):
+        return False
+    if pairs is not None:
+        return pairs[1] & ~pairs[0] == 0  # k pairs with every prefill candidate c pairs with
+    return c.role is ServingRole.AGGREGATED or (k.ttft_p90_s <= c.ttft_p90_s and k.nic_bytes_per_s >= c.nic_bytes_per_s)
+
+
+def pareto_prune(candidates: list[Candidate], use_latency: bool = False, partners: Sequence[int] | None = None) -> list[Candidate]:
+    """Drop every candidate another one of the same role on the same rack type dominates
+    (`_dominates`). `use_latency`: the objective weighs TPOT; `partners`: for each candidate, the
+    bit set of the prefill candidates it may pair with. Ties keep the canonical first."""
     kept: list[Candidate] = []
+    index = {id(c): i for i, c in enumerate(candidates)}
+    groups: dict[tuple, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault((c.role, c.rack_id), []).append(c)
     for role in ServingRole:
-        mine = [c for c in candidates if c.role is role]
-        paired = role is not ServingRole.AGGREGATED
-        ordered = sorted(mine, key=lambda c: (c.accelerators, -c.output_tokens_per_s, c.tpot_s, c.ttft_s, c.sort_key()))
-        chosen: list[Candidate] = []
-        for c in ordered:
-            dominated = any(
-                k.accelerators <= c.accelerators and k.output_tokens_per_s >= c.output_tokens_per_s
-                and (not use_latency or k.tpot_s <= c.tpot_s)
-                and (not paired or (k.ttft_s <= c.ttft_s and k.nic_bytes_per_s >= c.nic_bytes_per_s))
-                for k in chosen
-            )
-            if not dominated:
-                chosen.append(c)
-        kept += chosen
+        for (group_role, _), mine in groups.items():
+            if group_role is not role:
+                continue
+            ordered = sorted(mine, key=lambda c: (c.accelerators, -c.output_tokens_per_s, c.tpot_s, c.ttft_p90_s, c.sort_key()))
+            chosen: list[Candidate] = []
+            for c in ordered:
+                pairs = lambda k: None if partners is None else (partners[index[id(k)]], partners[index[id(c)]])
+                if not any(_dominates(k, c, use_latency, pairs(k)) for k in chosen):
+                    chosen.append(c)
+            kept += chosen
     return kept

@@ -34,11 +34,13 @@ from planner.solver.candidates import (
     RackAnalysis,
     analyse_rack,
     pair_ttft_s,
+    served_tokens_per_s,
 )
 from planner.solver.explain import explain_plan
 from planner.solver.infeasibility import explain_infeasibility
+from planner.solver.latency_batches import LatencyLadder, solve_refined
 from planner.solver.model_builder import PlanningData, RackPool
-from planner.solver.pruning import pareto_prune
+from planner.solver.selection import problem_candidates, roomy_or_all
 from planner.solver.search import RawSolution, solve_data
 from planner.units import SECONDS_PER_HOUR
 
@@ -133,9 +135,14 @@ class SolveResult:
         return usd_per_million_tokens(sum(d.usd_per_hour for d in mine) / SECONDS_PER_HOUR, self.served_output_tokens_per_s(workload))
 
     def served_output_tokens_per_s(self, workload: str) -> float:
-        """Output tokens per second the plan makes for `workload` (aggregated and decode replicas)."""
-        return sum(d.output_tokens_per_s for d in self.deployments
-                   if d.candidate.workload == workload and d.candidate.role is not ServingRole.PREFILL)
+        """Output tokens per second the plan serves for `workload`: its aggregated replicas', or with
+        prefill and decode pools the smaller of what decode makes and prefill feeds."""
+        return served_tokens_per_s((d.candidate, d.replicas) for d in self.of_workload(workload))
+
+    def fed_output_tokens_per_s(self, workload: str) -> float | None:
+        """Output tokens per second the prompts `workload`'s prefill pool prefills will make (None: no pool)."""
+        pool = self.of_workload(workload, ServingRole.PREFILL)
+        return sum(d.output_tokens_per_s for d in pool) if pool else None
 
 
 # Enumeration runs in forked worker processes when the solve has several workers and at least this
@@ -233,33 +240,33 @@ def _distinct_analyses(resolved: ResolvedProblem, settings: CandidateSettings, i
 
 def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
             progress: Callable[[str], None] | None = None,
-            imbalance: dict[str, Callable[..., tuple[float, bool]]] | None = None, workers: int = 1) -> tuple[PlanningData, dict[tuple[str, str], RackAnalysis]]:
+            imbalance: dict[str, Callable[..., tuple[float, bool]]] | None = None, workers: int = 1,
+            every_batch: bool = False) -> tuple[PlanningData, dict[tuple[str, str], RackAnalysis]]:
     """Step 1: candidates for every workload on every rack type, pruned, in canonical order.
     `imbalance` (model key -> expert imbalance and group locality by EP width) reuses the expert
     placements of an earlier call on the same models (sweeps). `workers` > 1 spreads a large enumeration over forked
-    processes; the candidates are the same as a serial run's."""
+    processes; the candidates are the same as a serial run's. `every_batch`: instead, a candidate at
+    every feasible batch of every layout, unpruned (what the exhaustive reference searches)."""
     problem = resolved.problem
-    ladder = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
+    latency = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
     settings = CandidateSettings(problem.solver.overlap, problem.solver.prefill_chunk_tokens, problem.solver.max_batch_per_replica,
-                                 problem.cluster.allow_spanning_domains, ladder, problem.placement.redundant_experts_per_rank,
-                                 problem.engine, problem.solver.step_model, problem.solver.confidence)
+                                 problem.cluster.allow_spanning_domains, latency, problem.placement.redundant_experts_per_rank,
+                                 problem.engine, problem.solver.step_model, problem.solver.confidence, every_batch)
     imbalance = imbalance if imbalance is not None else expert_imbalance_functions(resolved)
     shared = _distinct_analyses(resolved, settings, imbalance, workers, progress)
     analyses: dict[tuple[str, str], RackAnalysis] = {}
-    candidates: list[Candidate] = []
+    pools = {rack.id: RackPool(rack.id, rack.n_accelerators, count, tuple(resolved.unavailable.get(rack.id, {}).values()))
+             for rack, count in resolved.rack_counts}
     for w in resolved.workloads:
         for rack, count in resolved.rack_counts:
             max_accelerators = None if count is None else count * rack.n_accelerators
             base = shared[_analysis_key(w, rack, max_accelerators)]
-            analysis = RackAnalysis(**{**base.__dict__, "workload": w.name,
-                                       "candidates": [_for_workload(c, w.name) for c in base.candidates]})
-            analyses[(w.name, rack.id)] = analysis
-            candidates.extend(pareto_prune(analysis.candidates, use_latency=ladder))
-    candidates.sort(key=lambda c: (c.workload, c.sort_key()))
-    pools = {rack.id: RackPool(rack.id, rack.n_accelerators, count, tuple(resolved.unavailable.get(rack.id, {}).values()))
-             for rack, count in resolved.rack_counts}
+            analyses[(w.name, rack.id)] = RackAnalysis(**{**base.__dict__, "workload": w.name,
+                                                          "candidates": [_for_workload(c, w.name) for c in base.candidates]})
+    ladder = LatencyLadder() if latency and not every_batch else None
+    select = lambda roomy=False: problem_candidates(resolved, analyses, pools, ladder, every_batch, roomy)
     data = PlanningData(
-        candidates=tuple(candidates),
+        candidates=select() if every_batch else roomy_or_all(resolved, pools, select),
         workloads=tuple(w.name for w in resolved.workloads),
         demand_tokens_per_s={w.name: w.output_tokens_per_s for w in resolved.workloads},
         pools=pools,
@@ -268,6 +275,9 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
         max_replicas=problem.solver.max_replicas,
         ttft_limit_s={w.name: w.ttft_limit_s for w in resolved.workloads},
     )
+    if ladder is not None and data.has_demand:  # the batches a latency objective needs are found while solving
+        ladder.rebuild = select  # (with a demand: never roomy)
+        data = replace(data, ladder=ladder)
     return data, analyses
 
 
@@ -362,9 +372,14 @@ def solve(resolved: ResolvedProblem, *, time_limit_s: float | None = None, seed:
     start = time.perf_counter()
     imbalance = expert_imbalance_functions(resolved)
     data, analyses = prepare(resolved, progress=progress, imbalance=imbalance, workers=workers)
-    raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers,
-                     relative_gap_limit=options.relative_gap_limit) if data.candidates else \
-        RawSolution("INFEASIBLE", {}, None, None, None, None, 0.0, "", 0, 0)
+    run = lambda d, canonical=True: solve_data(d, time_limit_s=time_limit_s, seed=seed, workers=workers,
+                                               relative_gap_limit=options.relative_gap_limit, canonical=canonical)
+    if not data.candidates:
+        raw = RawSolution("INFEASIBLE", {}, None, None, None, None, 0.0, "", 0, 0)
+    elif data.ladder is not None:
+        data, raw = solve_refined(data, run)
+    else:
+        raw = run(data)
     deployments = _deployments(resolved, data, raw.chosen, imbalance)
     stats = SolverStats(raw.status, raw.objective, raw.best_bound, raw.gap, raw.wall_time_s, time.perf_counter() - start,
                         raw.unit, time_limit_s, seed, workers, len(data.candidates), raw.n_variables, raw.n_constraints)

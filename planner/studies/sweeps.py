@@ -29,7 +29,7 @@ from planner.physics.roofline import critical_batch_size
 from planner.precision import bytes_per_value
 from planner.problem.resolve import ResolvedProblem, resolve_problem
 from planner.problem.schema import Objective, Problem, RackCount
-from planner.solver.candidates import Candidate
+from planner.solver.candidates import Candidate, served_tokens_per_s
 from planner.solver.search import RawSolution, solve_data
 from planner.solver.solve import SolveResult, expert_imbalance_functions, prepare, solve
 from planner.units import MS, SECONDS_PER_HOUR
@@ -225,7 +225,7 @@ def _point(limit_s: float, data, raw: RawSolution, hinted: bool) -> FrontierPoin
     chosen = [(data.candidates[j], r) for j, r in sorted(raw.chosen.items())]
     usd = sum(c.usd_per_hour * r for c, r in chosen)
     makers = [(c, r) for c, r in chosen if c.role is not ServingRole.PREFILL]
-    served = sum(c.output_tokens_per_s * r for c, r in makers)
+    served = served_tokens_per_s(chosen)
     demand = data.demand_tokens_per_s[data.workloads[0]]
     cost = usd_per_million_tokens(usd / SECONDS_PER_HOUR, served) if demand is not None else sum(c.usd_per_million_output_tokens for c, _ in chosen)
     plan = "; ".join(f"{_role_prefix(c)}{c.rack_id} {c.layout.describe().split(' = ')[0]}, batch {c.batch} x {r}" for c, r in chosen)
