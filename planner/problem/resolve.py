@@ -22,14 +22,18 @@ from planner.model.architecture import ModelArch
 from planner.model.catalog import arch_from_spec, load_model_catalog
 from planner.modes import ServingRole
 from planner.physics.deployment import Precisions
+from planner.physics.inputs import ServingOptions
 from planner.physics.speculation import Speculation
 from planner.precision import Precision, flops_format
 from planner.problem.schema import (
     CatalogModelRef,
     ConfigJsonModelRef,
     ExpertLoadSpec,
+    Objective,
+    PlacementOptions,
     PrecisionSpec,
     Problem,
+    SolverOptions,
     SpeculativeSpec,
 )
 from planner.units import MS, SECONDS_PER_MINUTE
@@ -48,6 +52,15 @@ class ResolvedModel:
     precisions: PrecisionSpec
     expert_loads: "np.ndarray | None" = None  # (moe layers, experts); None: uniform
     expert_load_label: str = "uniform (no profile given)"
+
+    def precision_notes(self, accel: Accelerator, precisions: Precisions) -> tuple[str, ...]:
+        """What the plan states about these formats on `accel` (a compute fall-back), when they are
+        the ones this model's precisions resolve to there (else nothing)."""
+        try:
+            resolved, notes = resolve_precisions(self.precisions, self.arch, accel)
+        except PlannerInputError:
+            return ()
+        return notes if resolved == precisions else ()
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,33 @@ class ResolvedProblem:
 
     def previous_expert_map(self, model_id: str, n_ranks: int, slots_per_rank: int) -> list[list[int]] | None:
         return self.previous_expert_maps.get((model_id, n_ranks, slots_per_rank))
+
+    @property
+    def serving(self) -> ServingOptions:
+        """How the engine runs every replica (the solver block's overlap, token budget and step model, the engine)."""
+        options = self.problem.solver
+        return ServingOptions(options.overlap, options.prefill_chunk_tokens, self.problem.engine, options.step_model)
+
+    @property
+    def allow_spanning_domains(self) -> bool:
+        return self.problem.cluster.allow_spanning_domains
+
+    @property
+    def objective(self) -> Objective:
+        return self.problem.objective
+
+    @property
+    def cost_cap_usd_per_hour(self) -> float | None:
+        return self.problem.cost_cap_usd_per_hour
+
+    @property
+    def placement(self) -> PlacementOptions:
+        """The problem's placement block (expert load, redundant copies, move budget, method)."""
+        return self.problem.placement
+
+    @property
+    def solver_options(self) -> SolverOptions:
+        return self.problem.solver
 
 
 def _expert_loads(arch: ModelArch, spec: "ExpertLoadSpec | None", base_dir: Path, field_name: str) -> tuple:

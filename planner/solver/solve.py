@@ -249,9 +249,8 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
     every feasible batch of every layout, unpruned (what the exhaustive reference searches)."""
     problem = resolved.problem
     latency = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
-    settings = CandidateSettings(problem.solver.overlap, problem.solver.prefill_chunk_tokens, problem.solver.max_batch_per_replica,
-                                 problem.cluster.allow_spanning_domains, latency, problem.placement.redundant_experts_per_rank,
-                                 problem.engine, problem.solver.step_model, problem.solver.confidence, every_batch)
+    settings = CandidateSettings(resolved.serving, problem.solver.max_batch_per_replica, resolved.allow_spanning_domains, latency,
+                                 problem.placement.redundant_experts_per_rank, problem.solver.confidence, every_batch)
     imbalance = imbalance if imbalance is not None else expert_imbalance_functions(resolved)
     shared = _distinct_analyses(resolved, settings, imbalance, workers, progress)
     analyses: dict[tuple[str, str], RackAnalysis] = {}
