@@ -9,13 +9,14 @@ and cuts.
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model, cp_model_helper
 
 from planner.modes import ServingRole
 from planner.problem.schema import Objective
-from planner.solver.decompose import Decomposition, Outcome, split_by_block
+from planner.solver.decompose import Decomposition, Incumbent, Outcome, split_by_block
 from planner.solver.model_builder import (
     PlanningData,
     PlanVars,
@@ -23,8 +24,9 @@ from planner.solver.model_builder import (
     primary_objective,
     tie_break_objective,
 )
+from planner.solver.projection import prove
 
-__all__ = ["RawSolution", "STATUS_NAMES", "decompose_model", "hint_plan", "set_parameters", "solve_data"]
+__all__ = ["RawSolution", "STATUS_NAMES", "decompose_model", "hint_plan", "set_parameters", "solve_by_workload", "solve_data"]
 
 SEARCH_SHARE = 0.85  # of the time limit for the two search phases; the canonical tie-break gets the rest
 SINGLE_WORKER_SHARE = 0.4  # of the search time for the single-worker first phase
@@ -162,7 +164,22 @@ def _decompose(model: cp_model.CpModel, v: PlanVars, data: PlanningData, *, seed
             if hook is not None and number is not None:
                 hook(number)
 
-    return decomposition.run(tie_break, progress if callback is not None else None)
+    return solve_by_workload(decomposition, tie_break, progress if callback is not None else None)
+
+
+def solve_by_workload(decomposition: Decomposition, tie_break: dict[int, int] | None,
+                      on_progress: Callable[[int | None, int], None] | None = None) -> Outcome | None:
+    """The decomposition's steps 1-2 (its incumbent), then the proof (planner.solver.projection);
+    None when a workload cannot be served at all."""
+    start = decomposition.incumbent()
+    if not isinstance(start, Incumbent):
+        return start
+    if on_progress:
+        on_progress(start.value, start.bound)
+    assignment, value, bound, exact = prove(decomposition, start.mu, start.lows, start.bound, start.assignment, start.value, tie_break)
+    if on_progress:
+        on_progress(value, bound)
+    return Outcome(assignment, value, bound, exact and bound >= value, tuple(decomposition.cuts))
 
 
 def _from_outcome(outcome: Outcome, model: cp_model.CpModel, v: PlanVars, resolution: float, unit: str, wall: float,
