@@ -116,7 +116,7 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         issues.append(InputIssue("--rack", "no rack given", "pass --rack NAME (see `planner catalog`) or a problem file"))
     if args.batch is None:
         issues.append(InputIssue("--batch", "no decode batch given", "pass --batch N (sequences in flight per replica)"))
-    tier_id = args.cache_tier or (cache_request.tier if cache_request is not None and cache_request.tier != "auto" else None)
+    tier_id = args.cache_tier or (cache_request.tier if cache_request is not None and not cache_request.any_tier else None)
     if args.cache_tier and cache_request is None:
         issues.append(InputIssue("--cache-tier", "no prompt cache to place: the workload declares no prefix_cache",
                                  "pass a problem whose workload has prefix_cache, or drop --cache-tier"))

@@ -140,7 +140,7 @@ def _expert_figures(resolved: ResolvedProblem, model, layout: Layout, emap: dict
         return 1.0, 0
     max_sum = mean_sum = 0.0
     previous = resolved.previous_expert_map(arch.id, ranks, slots)
-    budget = resolved.problem.placement.max_expert_moves_per_layer
+    budget = resolved.placement.max_expert_moves_per_layer
     for k, layer in enumerate(moe_layers):
         row = [int(e) for e in rows[layer]]
         field = f"{where}.expert_map.physical_to_logical_map[{layer}]"
@@ -185,7 +185,7 @@ def _cache(w, d: dict, rack, where: str, out: list[Violation]):
     if w.prefix_cache is None:
         out.append(Violation(f"{where}.kv_tier", f"{tier!r}, but workload {w.name} declares no prefix_cache"))
         return None
-    if w.prefix_cache.tier not in ("auto", tier):
+    if not w.prefix_cache.allows(tier):
         out.append(Violation(f"{where}.kv_tier", f"{tier!r}, but the workload asks for {w.prefix_cache.tier!r}"))
     try:
         return cache_use(w.prefix_cache, tier, rack.accelerator)

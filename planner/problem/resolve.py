@@ -20,7 +20,7 @@ from planner.hardware.catalog import (
 )
 from planner.model.architecture import ModelArch
 from planner.model.catalog import arch_from_spec, load_model_catalog
-from planner.modes import ServingRole
+from planner.modes import CacheTier, ServingMode, ServingRole
 from planner.physics.deployment import Precisions
 from planner.physics.inputs import ServingOptions
 from planner.physics.speculation import Speculation
@@ -68,7 +68,15 @@ class PrefixCacheRequest:
     hit_rate: float
     prefix_tokens: int
     retention_s: float
-    tier: str  # a tier id, or "auto"
+    tier: str  # a tier id, or CacheTier.AUTO
+
+    @property
+    def any_tier(self) -> bool:
+        """The solver picks the tier (or none): the request names no tier."""
+        return self.tier == CacheTier.AUTO
+
+    def allows(self, tier_id: str) -> bool:
+        return self.any_tier or self.tier == tier_id
 
 
 @dataclass(frozen=True)
@@ -112,7 +120,7 @@ class ResolvedWorkload:
     output_tokens_per_s: float | None  # demand; None = minimise cost per token
     ttft_limit_s: float | None
     tpot_limit_s: float | None
-    serving: str = "aggregated"  # aggregated | disaggregated | auto
+    serving: ServingMode = ServingMode.AGGREGATED
     prefix_cache: "PrefixCacheRequest | None" = None
     speculative: SpeculativeRequest | None = None
 
@@ -120,7 +128,7 @@ class ResolvedWorkload:
     def roles(self) -> tuple[ServingRole, ...]:
         """The replica roles the solver may use for this workload."""
         aggregated, split = (ServingRole.AGGREGATED,), (ServingRole.PREFILL, ServingRole.DECODE)
-        return {"aggregated": aggregated, "disaggregated": split, "auto": aggregated + split}[self.serving]
+        return {ServingMode.AGGREGATED: aggregated, ServingMode.DISAGGREGATED: split, ServingMode.AUTO: aggregated + split}[self.serving]
 
 
 @dataclass(frozen=True)
@@ -260,7 +268,8 @@ def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = 
             w.serving,
             None if w.prefix_cache is None else PrefixCacheRequest(w.prefix_cache.hit_rate, w.prefix_cache.prefix_tokens or w.input_tokens,
                                                                     w.prefix_cache.retention_minutes * SECONDS_PER_MINUTE,
-                                                                    w.prefix_cache.tier),
+                                                                    CacheTier(w.prefix_cache.tier) if w.prefix_cache.tier == CacheTier.AUTO
+                                                                    else w.prefix_cache.tier),
         ))
         arch = models.get(key)
         workloads[-1] = replace(workloads[-1], speculative=_workload_speculative(w.speculative, arch, f"workloads[{i}].speculative", issues))

@@ -329,9 +329,9 @@ def _cache_options(inp: DeploymentInputs, workload: ResolvedWorkload) -> list[Ca
     request = workload.prefix_cache
     if request is None or inp.role is ServingRole.DECODE:
         return [None]
-    tiers = [t for t in tiers_for(inp.rack.accelerator) if request.tier in ("auto", t.id)]
+    tiers = [t for t in tiers_for(inp.rack.accelerator) if request.allows(t.id)]
     options = [CacheUse(request.hit_rate, request.prefix_tokens, request.retention_s, t) for t in tiers]
-    return ([None] if request.tier == "auto" else []) + options
+    return ([None] if request.any_tier else []) + options
 
 
 def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool, notes: tuple[str, ...],

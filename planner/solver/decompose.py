@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
+from planner.modes import SolveStatus
 from planner.solver.linear_terms import term_range, weighted
 
 __all__ = ["Decomposition", "Incumbent", "Outcome", "split_by_block"]
@@ -329,7 +330,7 @@ class Decomposition:
 
     def master(self, columns: list[list[tuple[tuple[int, int], ...]] | None], *, rows: list[int] | None = None,
                cap: int | None = None, tie_break: dict[int, int] | None = None,
-               limits: dict[int, tuple[dict[int, int], int]] | None = None, dtime: float | None = None) -> tuple[str, dict[int, int] | None, int | None]:
+               limits: dict[int, tuple[dict[int, int], int]] | None = None, dtime: float | None = None) -> tuple[SolveStatus, dict[int, int] | None, int | None]:
         """One plan per workload from `columns`, the coupling rows kept (those numbered in `rows`, or
         all), the objective minimised (then, if `tie_break` is given, the tie-break among the plans of
         equal objective). A workload whose columns are None joins whole: its own variables and rows,
@@ -361,10 +362,10 @@ class Decomposition:
         solver = self._solver(dtime or self.master_dtime)
         status = solver.solve(master)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return "INFEASIBLE" if status == cp_model.INFEASIBLE else "UNKNOWN", None, None
+            return SolveStatus.INFEASIBLE if status == cp_model.INFEASIBLE else SolveStatus.UNKNOWN, None, None
         value = round(solver.objective_value)
-        name = "OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE"
-        if tie_break is not None and name == "OPTIMAL":
+        name = SolveStatus.OPTIMAL if status == cp_model.OPTIMAL else SolveStatus.FEASIBLE
+        if tie_break is not None and name is SolveStatus.OPTIMAL:
             for a, _, _ in atoms:
                 master.add_hint(a, solver.value(a))
             master.add(objective <= value)

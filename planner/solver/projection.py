@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ortools.sat.python import cp_model
 
+from planner.modes import SolveStatus
 from planner.solver.decompose import Decomposition
 from planner.solver.linear_terms import term_range, weighted
 
@@ -212,7 +213,7 @@ def prove(dec: Decomposition, mu: list[int], lows: list[int], bound: int, incumb
                   for k, plans in enumerate(columns) if plans is None}
         status, chosen, best = dec.master(columns, rows=rows, cap=value, tie_break=tie_break, limits=limits,
                                           dtime=dec.whole_master_dtime if limits else None)
-        if status in ("OPTIMAL", "INFEASIBLE"):
+        if status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE):
             # Every plan worth at most bound + window lies within the windows, and the master was exact
             # over them (rows left out relaxed): nothing beats its optimum, or the incumbent if none.
             lower = max(lower, min(best if best is not None else value + 1, bound + window + 1))
@@ -224,9 +225,9 @@ def prove(dec: Decomposition, mu: list[int], lows: list[int], bound: int, incumb
                 if fitted is not None and fitted_value is not None:
                     incumbent, value, exact = fitted, fitted_value, False
                 continue
-            incumbent, value, exact = chosen, best, status == "OPTIMAL" and best <= bound + window
+            incumbent, value, exact = chosen, best, status is SolveStatus.OPTIMAL and best <= bound + window
         settled = lower >= value and (exact or tie_break is None)
-        if settled or status not in ("OPTIMAL", "INFEASIBLE"):
+        if settled or status not in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE):
             break
         # look further; an optimum proven by the bound alone is found canonically with the whole gap
         window = value - bound if lower >= value else min(value - bound, max(1, window * WINDOW_GROWTH))
