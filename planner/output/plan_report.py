@@ -137,7 +137,7 @@ def _solve_core(result: SolveResult) -> dict:
     return {
         "format": PLAN_FORMAT,
         "format_version": PLAN_FORMAT_VERSION,
-        "problem": result.problem.problem.name,
+        "problem": result.problem.name,
         "status": result.status,
         "objective_kind": str(result.problem.objective),
         "solver": {
@@ -217,7 +217,7 @@ def _plan_table(result: SolveResult) -> Table:
 
 def render_solve(result: SolveResult, console: Console) -> None:
     s = result.stats
-    head = f"[bold]{escape(result.problem.problem.name)}[/bold]: {result.status}"
+    head = f"[bold]{escape(result.problem.name)}[/bold]: {result.status}"
     if s.objective is not None:
         head += f", objective {s.objective:.6g} {s.objective_unit} (bound {s.best_bound:.6g}, gap {s.gap:.2%})"
     head += f"; {s.n_candidates} candidates, solved in {s.wall_time_s:.2f} s (total {s.total_time_s:.2f} s, seed {s.seed}, {s.workers} workers)"

@@ -24,7 +24,7 @@ from planner.modes import CacheTier, ServingMode, ServingRole
 from planner.physics.deployment import Precisions
 from planner.physics.inputs import ServingOptions
 from planner.physics.speculation import Speculation
-from planner.precision import Precision, flops_format
+from planner.problem.precisions import resolve_precisions
 from planner.problem.schema import (
     CatalogModelRef,
     ConfigJsonModelRef,
@@ -146,6 +146,10 @@ class ResolvedProblem:
 
     def previous_expert_map(self, model_id: str, n_ranks: int, slots_per_rank: int) -> list[list[int]] | None:
         return self.previous_expert_maps.get((model_id, n_ranks, slots_per_rank))
+
+    @property
+    def name(self) -> str:
+        return self.problem.name
 
     @property
     def serving(self) -> ServingOptions:
@@ -371,26 +375,3 @@ def _unavailable(names: list[str], counts: list[tuple[RackType, int | None]], is
             continue
         out.setdefault(rack_id, {}).setdefault(int(instance), set()).add(int(index))
     return {r: {k: tuple(sorted(v)) for k, v in sorted(inst.items())} for r, inst in out.items()}
-
-
-def resolve_precisions(spec: PrecisionSpec, arch: ModelArch, accel: Accelerator, field_name: str = "precisions") -> tuple[Precisions, tuple[str, ...]]:
-    """Fill the defaults of `spec` for this model and accelerator. Returns the formats and notes
-    for the plan's assumptions (for instance a compute format the accelerator lacks)."""
-    weights = spec.weights or arch.native_weights_precision
-    expert_weights = spec.expert_weights or (arch.native_expert_weights_precision if spec.weights is None else None)
-    wanted = flops_format(spec.compute or weights)
-    compute = accel.supported_flops_format(wanted)
-    if compute is None:
-        raise PlannerInputError(InputIssue(f"{field_name}.compute", f"{accel.id} has no {wanted} or wider tensor-core rate in the catalog",
-                                           f"use one of: {', '.join(accel.dense_flops_per_s)}"))
-    notes = []
-    if compute != wanted:
-        notes.append(f"{accel.id} has no {wanted} tensor cores: matmuls run at its {compute} rate")
-    precisions = Precisions(
-        weights=weights,
-        kv_cache=spec.kv_cache or Precision.BF16,
-        activations=spec.activations or Precision.BF16,
-        compute=compute,
-        expert_weights=expert_weights,
-    )
-    return precisions, tuple(notes)
