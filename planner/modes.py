@@ -3,7 +3,8 @@ without importing the physics)."""
 
 from enum import StrEnum
 
-__all__ = ["BatchLimit", "Confidence", "ConstraintFamily", "FamilyKind", "ServingMode", "Engine", "ExportFormat", "OverlapPolicy", "ServingRole", "StepModel", "StepTerm"]
+__all__ = ["BatchLimit", "CacheTier", "Confidence", "ConstraintFamily", "Engine", "ExpertMethod", "ExportFormat", "FamilyKind", "StageKind",
+           "OverlapPolicy", "ServingMode", "ServingRole", "SolveStatus", "StepModel", "StepTerm"]
 
 
 class OverlapPolicy(StrEnum):
@@ -130,3 +131,37 @@ class ServingMode(StrEnum):
     AGGREGATED = "aggregated"
     DISAGGREGATED = "disaggregated"
     AUTO = "auto"
+
+
+class SolveStatus(StrEnum):
+    """How a solve ended (CP-SAT's status names, kept in the plan JSON as they are)."""
+
+    OPTIMAL = "OPTIMAL"  # the plan is proven best
+    FEASIBLE = "FEASIBLE"  # a plan, with a gap left to its bound
+    INFEASIBLE = "INFEASIBLE"  # proven: no plan meets the limits
+    UNKNOWN = "UNKNOWN"  # the time ran out before a plan was found or ruled out
+    MODEL_INVALID = "MODEL_INVALID"
+
+    @property
+    def has_plan(self) -> bool:
+        return self in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
+
+
+class StageKind(StrEnum):
+    """How a stage occupies the racks it is packed into: slots of one rack, or whole racks of its own."""
+
+    SLOTS = "slots"  # a block of accelerators inside one rack
+    RACKS = "racks"  # a stage wider than a rack: whole racks
+
+
+class CacheTier(StrEnum):
+    """The tier choice a prompt cache may leave to the solver (others name a tier of the catalog)."""
+
+    AUTO = "auto"  # the solver compares no cache and every tier the accelerator has
+
+
+class ExpertMethod(StrEnum):
+    """How experts are assigned to expert-parallel ranks."""
+
+    GREEDY = "greedy"  # heaviest first onto the lightest rank, then swaps
+    CPSAT = "cpsat"  # CP-SAT minimising the hottest rank's load

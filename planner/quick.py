@@ -5,17 +5,17 @@
     e.tpot_s, e.usd_per_million_output_tokens_all_in, e.serving_step.dominant_term
 
 Precisions resolve as in a problem file (weights default to the model's native format, compute to
-the weights' format or the next wider one the accelerator has); bad names and layouts raise
-PlannerInputError with the field and the fix.
+the weights' format or the next wider one the accelerator has); bad names, layouts and shards that
+cut fp8 scaling blocks raise PlannerInputError with the field and the fix, as `planner estimate` refuses them.
 """
 
 from planner.errors import PlannerInputError, unknown_name_issue
 from planner.hardware.catalog import load_hardware_catalog
 from planner.model.catalog import load_model_catalog
 from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
-from planner.physics.deployment import Layout, layout_issues
+from planner.physics.deployment import Layout
 from planner.physics.estimate import Estimate, estimate
-from planner.physics.inputs import DeploymentInputs
+from planner.physics.inputs import DeploymentInputs, ServingOptions, deployment_inputs
 from planner.problem.resolve import resolve_precisions, resolve_speculative
 from planner.problem.schema import PrecisionSpec, SpeculativeSpec
 
@@ -35,15 +35,12 @@ def inputs_for(model: str, rack: str, batch: int, input_tokens: int, output_toke
         raise PlannerInputError(unknown_name_issue("rack", "rack", rack, hardware.racks))
     arch, rack_type = models[model], hardware.racks[rack]
     layout = Layout(tp, ep, pp, dp_attn) if dp_attn else Layout.with_default_dp_attn(tp, ep, pp)
-    issues = layout_issues(arch, layout, batch)
-    if issues:
-        raise PlannerInputError(issues)
     spec = PrecisionSpec(weights=weights, kv_cache=kv_cache, compute=compute)
     precisions, notes = resolve_precisions(spec, arch, rack_type.accelerator)
     request = resolve_speculative(SpeculativeSpec(draft_tokens=speculative_tokens), arch, "speculative_tokens") if speculative_tokens else None
-    return DeploymentInputs(arch, rack_type, layout, batch, input_tokens, output_tokens, precisions, hardware.overheads, overlap,
-                            notes=notes, engine=Engine(engine), step_model=StepModel(step_model),
-                            speculative=request.speculation(speculative_tokens, ServingRole.AGGREGATED) if request else None)
+    serving = ServingOptions(OverlapPolicy(overlap), engine=Engine(engine), step_model=StepModel(step_model))
+    return deployment_inputs(arch, rack_type, layout, batch, (input_tokens, output_tokens), precisions, hardware.overheads, serving,
+                             notes=notes, speculative=request.speculation(speculative_tokens, ServingRole.AGGREGATED) if request else None)
 
 
 def evaluate(model: str, rack: str, batch: int, input_tokens: int, output_tokens: int, **layout_and_formats) -> Estimate:

@@ -3,6 +3,7 @@ small, and unit constants live in one place. Read from the source with `ast`, no
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import networkx as nx
@@ -53,6 +54,47 @@ def _package_graph() -> nx.DiGraph:
 def test_subpackages_import_without_cycles():
     cycles = list(nx.simple_cycles(_package_graph()))
     assert cycles == [], f"import cycles between subpackages: {cycles}"
+
+
+def _module_of(name: str) -> Path | None:
+    """The file of dotted module `name` inside the package (a package's __init__.py), None outside it."""
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py" if (path / "__init__.py").exists() else None
+
+
+def _imported_modules(module: Path) -> set[Path]:
+    """Every package file `module` imports, wherever the import sits (under TYPE_CHECKING, inside a
+    function): `from a.b import c` imports a/b/c.py when that is a module, else a/b.py."""
+    found = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {_module_of(a.name) for a in node.names if a.name.startswith("planner.")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("planner"):
+            subs = {_module_of(f"{node.module}.{a.name}") for a in node.names} - {None}
+            found |= subs or {_module_of(node.module)}
+    return found - {None, module}
+
+
+def test_modules_import_without_cycles():
+    """No file imports itself through others (a circle makes import order matter and splits one
+    idea over two files), with imports under TYPE_CHECKING and inside functions counted."""
+    graph = nx.DiGraph()
+    for module in _modules():
+        graph.add_node(module)
+        graph.add_edges_from((module, target) for target in _imported_modules(module))
+    cycles = [[str(m.relative_to(PACKAGE)) for m in cycle] for cycle in nx.simple_cycles(graph)]
+    assert cycles == [], f"import cycles between modules: {cycles}"
+
+
+def test_the_cycle_check_sees_a_circle(tmp_path, monkeypatch):
+    """The check above finds a circle hidden under TYPE_CHECKING (a check that cannot fail is none)."""
+    package = tmp_path / "planner"
+    package.mkdir()
+    (package / "a.py").write_text("from planner.b import f\n")
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from planner import a\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    with pytest.raises(AssertionError, match="a.py"):
+        test_modules_import_without_cycles()
 
 
 def test_subpackages_import_only_upstream_in_pipeline_order():

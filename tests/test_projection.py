@@ -10,6 +10,7 @@ from ortools.sat.python import cp_model
 from planner.solver import projection
 from planner.solver.decompose import Decomposition, split_by_block
 from planner.solver.projection import _pareto
+from planner.solver.search import solve_by_workload
 
 VALUES = range(3)  # every variable takes 0, 1 or 2
 
@@ -86,7 +87,7 @@ def test_proof_matches_brute_force_and_takes_every_path(canonical, wide, monkeyp
         expected = brute_force(model, costs, tie_break)
         parts = split_by_block(model, block_of, {})
         dec = Decomposition(model, *parts, {}, seed=0, workers=2, wall_s=30)
-        outcome = dec.run(tie_break if canonical else None)
+        outcome = solve_by_workload(dec, tie_break if canonical else None)
         if expected is None:
             assert outcome is None or not outcome.assignment, seed
             continue

@@ -18,9 +18,9 @@ from planner.hardware.catalog import HardwareCatalog, load_hardware_catalog
 from planner.model.catalog import load_model_catalog
 from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
 from planner.output.report import estimate_record, render_estimate
-from planner.physics.deployment import Layout, layout_issues, quantization_issues
+from planner.physics.deployment import Layout
 from planner.physics.estimate import estimate
-from planner.physics.inputs import DEFAULT_PREFILL_CHUNK_TOKENS, DeploymentInputs
+from planner.physics.inputs import DEFAULT_PREFILL_CHUNK_TOKENS, DeploymentInputs, ExpertFigures, ServingOptions, deployment_inputs
 from planner.physics.kv_cache import cache_use, tiers_for
 from planner.physics.speculation import Speculation
 from planner.problem.resolve import SpeculativeRequest, resolve_precisions, resolve_problem, resolve_speculative
@@ -58,7 +58,7 @@ def _defaults(args: argparse.Namespace) -> _Defaults:
     workload = resolved.workloads[names.index(args.workload)] if args.workload in names else resolved.workloads[0]
     model = resolved.models[workload.model_key]
     return _Defaults(resolved.hardware, model.arch, model.precisions, resolved.rack_counts[0][0].id,
-                     workload.input_tokens, workload.output_tokens, workload.prefix_cache, resolved.problem.engine, workload.speculative)
+                     workload.input_tokens, workload.output_tokens, workload.prefix_cache, resolved.serving.engine, workload.speculative)
 
 
 _FLAG_OF_SPECULATIVE_FIELD = {"acceptance_rates": "--acceptance", "acceptance_length": "--acceptance-length",
@@ -116,7 +116,7 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         issues.append(InputIssue("--rack", "no rack given", "pass --rack NAME (see `planner catalog`) or a problem file"))
     if args.batch is None:
         issues.append(InputIssue("--batch", "no decode batch given", "pass --batch N (sequences in flight per replica)"))
-    tier_id = args.cache_tier or (cache_request.tier if cache_request is not None and cache_request.tier != "auto" else None)
+    tier_id = args.cache_tier or (cache_request.tier if cache_request is not None and not cache_request.any_tier else None)
     if args.cache_tier and cache_request is None:
         issues.append(InputIssue("--cache-tier", "no prompt cache to place: the workload declares no prefix_cache",
                                  "pass a problem whose workload has prefix_cache, or drop --cache-tier"))
@@ -133,26 +133,27 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         hardware = hardware.with_overrides(price_usd_per_hour={rack.accelerator.id: args.price})
         rack = hardware.racks[rack_id]
     layout = Layout(tp=args.tp, ep=args.ep, pp=args.pp, dp_attn=args.dp_attn) if args.dp_attn else Layout.with_default_dp_attn(args.tp, args.ep, args.pp)
-    issues = [InputIssue(_FLAG_OF_FIELD.get(i.field, i.field), i.problem, i.fix.replace("dp_attn", "--dp-attn"))
-              for i in layout_issues(arch, layout, args.batch, redundant_experts=args.redundant_experts)]
-    if issues:
-        raise PlannerInputError(issues)
     flags = {"weights": args.weights_precision, "kv_cache": args.kv_precision,
              "activations": args.activations_precision, "compute": args.compute_precision}
     spec = PrecisionSpec(**(spec.model_dump() | {k: v for k, v in flags.items() if v is not None}))
     precisions, notes = resolve_precisions(spec, arch, rack.accelerator, field_name="--compute-precision")
-    issues = [InputIssue("--tp" if i.field.endswith(".tp") else "--ep", i.problem, i.fix) for i in quantization_issues(arch, layout, precisions)]
-    if issues:
-        raise PlannerInputError(issues)
-    return DeploymentInputs(
-        arch=arch, rack=rack, layout=layout, batch_per_replica=args.batch,
-        input_tokens=args.isl or isl, output_tokens=args.osl or osl, precisions=precisions,
-        overheads=hardware.overheads, overlap=OverlapPolicy(args.overlap), prefill_chunk_tokens=args.prefill_chunk or DEFAULT_PREFILL_CHUNK_TOKENS, notes=notes,
-        role=ServingRole(args.role), prefix_cache=cache, engine=Engine(args.engine or d.engine), step_model=StepModel(args.step_model),
-        redundant_experts=args.redundant_experts if layout.ep > 1 else 0, expert_imbalance=args.expert_imbalance,
-        expert_routing=args.expert_routing or ("balanced" if args.expert_imbalance > 1.0 else None),
-        speculative=_speculation(args, arch, d.speculative if arch is d.arch else None),
-    )
+    serving = ServingOptions(OverlapPolicy(args.overlap), args.prefill_chunk or DEFAULT_PREFILL_CHUNK_TOKENS, Engine(args.engine or d.engine),
+                             StepModel(args.step_model))
+    experts = ExpertFigures(args.expert_imbalance, redundant_total=args.redundant_experts,
+                            routing=args.expert_routing or ("balanced" if args.expert_imbalance > 1.0 else None))
+    speculative = _speculation(args, arch, d.speculative if arch is d.arch else None)
+    try:
+        return deployment_inputs(arch, rack, layout, args.batch, (args.isl or isl, args.osl or osl), precisions, hardware.overheads, serving,
+                                 notes=notes, role=ServingRole(args.role), prefix_cache=cache, experts=experts, speculative=speculative)
+    except PlannerInputError as exc:
+        raise PlannerInputError([_flag_issue(i) for i in exc.issues]) from None
+
+
+def _flag_issue(issue: InputIssue) -> InputIssue:
+    """A deployment issue in the words of the estimate flags."""
+    if issue.field in _FLAG_OF_FIELD:
+        return InputIssue(_FLAG_OF_FIELD[issue.field], issue.problem, issue.fix.replace("dp_attn", "--dp-attn"))
+    return InputIssue("--tp" if issue.field.endswith(".tp") else "--ep", issue.problem, issue.fix)
 
 
 def estimate_command(args: argparse.Namespace, console: Console) -> int:

@@ -28,7 +28,7 @@ from planner.modes import (
     ServingRole,
     StepModel,
 )
-from planner.precision import Precision
+from planner.precision import FlopsFormat, Precision
 
 __all__ = ["acceptance_rates", "bounded", "build_parser", "positive", "rl_factor"]
 
@@ -225,7 +225,7 @@ def _add_economics(sub: argparse._SubParsersAction) -> None:
     prices.add_argument("--model", default="deepseek-v3", help="model whose active parameters and KV format to assume (default deepseek-v3)")
     prices.add_argument("--active-params", type=positive(float), default=None, help="assume this many active parameters instead")
     prices.add_argument("--accelerator", default="gb200", help="accelerator whose F, BW and price to assume (default gb200)")
-    prices.add_argument("--precision", default="bf16", choices=["bf16", "fp8", "fp4"], help="matched precision of F and the KV (default bf16)")
+    prices.add_argument("--precision", default=FlopsFormat.BF16.value, choices=[f.value for f in FlopsFormat], help="matched precision of F and the KV (default bf16)")
     prices.add_argument("--json", metavar="PATH", help="also write the reading as JSON")
     prices.set_defaults(handler="planner.cli.economics:prices_command")
     life = sub.add_parser("lifecycle", help="pre-training, RL and inference over a model's life, and how far past Chinchilla",
@@ -241,7 +241,7 @@ def _add_economics(sub: argparse._SubParsersAction) -> None:
     life.add_argument("--problem", help="price inference tokens with this problem's plan (its first workload)")
     life.add_argument("--inference-usd-per-million", type=positive(float), default=None, help="or give the inference cost per million tokens")
     life.add_argument("--accelerator", default="gb200", help="training accelerator (default gb200)")
-    life.add_argument("--precision", default="bf16", choices=["bf16", "fp8", "fp4"], help="training matmul format (default bf16)")
+    life.add_argument("--precision", default=FlopsFormat.BF16.value, choices=[f.value for f in FlopsFormat], help="training matmul format (default bf16)")
     life.add_argument("--training-accelerators", type=positive(int, 10_000_000), default=8192, help="accelerators training (default 8192)")
     life.add_argument("--pp", type=positive(int, 4096), default=8, help="pipeline stages of the training layout (default 8)")
     life.add_argument("--micro-batches", type=positive(int, 1_000_000), default=32, help="micro-batches per training step (default 32)")

@@ -22,6 +22,7 @@ from planner.physics.kv_cache import (
     reload_s,
     tiers_for,
 )
+from planner.solver.result import SolveResult
 from planner.units import (
     SECONDS_PER_HOUR,
     SECONDS_PER_MINUTE,
@@ -63,7 +64,7 @@ class CacheEconomics:
         return min(keep, key=lambda t: t.tier.usd_per_byte_s) if keep else None
 
 
-def cache_economics(result, workload: str) -> CacheEconomics:
+def cache_economics(result: SolveResult, workload: str) -> CacheEconomics:
     """Figures for `workload` of a solved problem (its first prefill-capable deployment)."""
     w = next(w for w in result.problem.workloads if w.name == workload)
     d = next(d for d in result.deployments if d.candidate.workload == workload and d.candidate.role is not ServingRole.DECODE)

@@ -4,7 +4,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from planner.modes import ServingRole
+from planner.modes import ServingRole, SolveStatus
 from planner.output.handoff import handoff_summary
 from planner.output.report import estimate_record
 from planner.solver.solve import Deployment, SolveResult
@@ -137,9 +137,9 @@ def _solve_core(result: SolveResult) -> dict:
     return {
         "format": PLAN_FORMAT,
         "format_version": PLAN_FORMAT_VERSION,
-        "problem": result.problem.problem.name,
+        "problem": result.problem.name,
         "status": result.status,
-        "objective_kind": str(result.problem.problem.objective),
+        "objective_kind": str(result.problem.objective),
         "solver": {
             "wall_time_s": s.wall_time_s,
             "total_time_s": s.total_time_s,
@@ -175,7 +175,7 @@ def _served_record(result: SolveResult, workload: str) -> dict:
 def expert_lines(result: SolveResult) -> list[str]:
     """One line per deployment with an expert map: slots, balance, gap to the bound, profile, moves."""
     lines = []
-    previous_plan = result.problem.problem.placement.previous_plan
+    previous_plan = result.problem.placement.previous_plan
     for d in result.deployments:
         p = d.experts
         if p is None:
@@ -217,12 +217,12 @@ def _plan_table(result: SolveResult) -> Table:
 
 def render_solve(result: SolveResult, console: Console) -> None:
     s = result.stats
-    head = f"[bold]{escape(result.problem.problem.name)}[/bold]: {result.status}"
+    head = f"[bold]{escape(result.problem.name)}[/bold]: {result.status}"
     if s.objective is not None:
         head += f", objective {s.objective:.6g} {s.objective_unit} (bound {s.best_bound:.6g}, gap {s.gap:.2%})"
     head += f"; {s.n_candidates} candidates, solved in {s.wall_time_s:.2f} s (total {s.total_time_s:.2f} s, seed {s.seed}, {s.workers} workers)"
     console.print(head)
-    if result.status == "FEASIBLE":
+    if result.status is SolveStatus.FEASIBLE:
         console.print(f"Not proven optimal within the {s.time_limit_s:g} s limit: the optimum is at most {s.gap:.3%} better than "
                       "this plan; a longer --time-limit (solver.time_limit_s) may prove it or find a better one.")
     if result.has_plan:

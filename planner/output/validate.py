@@ -14,14 +14,14 @@ import numpy as np
 
 from planner.model.architecture import kv_bytes_per_sequence
 from planner.modes import ServingRole
-from planner.physics.deployment import (
-    Layout,
-    Precisions,
-    layout_issues,
-    quantization_issues,
-)
+from planner.physics.deployment import Layout, Precisions
 from planner.physics.estimate import estimate
-from planner.physics.inputs import DeploymentInputs
+from planner.physics.inputs import (
+    DeploymentInputs,
+    ExpertFigures,
+    deployment_inputs,
+    deployment_issues,
+)
 from planner.physics.kv_cache import cache_use
 from planner.placement.groups import expert_groups_local, ranks_per_domain
 from planner.precision import FlopsFormat, Precision
@@ -66,31 +66,26 @@ def _inputs(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]
     if d.get("model") != model.arch.id:
         out.append(Violation(f"{where}.model", f"workload {w.name} serves {model.arch.id}, not {d.get('model')!r}"))
     layout = Layout(tp=int(d["tp"]), ep=int(d["ep"]), pp=int(d["pp"]), dp_attn=int(d["dp_attn"]))
-    issues = layout_issues(model.arch, layout, int(d["batch_per_replica"]), field=where)
-    out.extend(Violation(i.field, i.problem) for i in issues)
-    if issues:
-        return None
-    if layout.stage_size > rack.n_accelerators and not resolved.problem.cluster.allow_spanning_domains:
+    if layout.stage_size > rack.n_accelerators and not resolved.allow_spanning_domains:
         out.append(Violation(f"{where}", f"a stage of {layout.stage_size} accelerators spans {rack.id} domains of "
                                          f"{rack.n_accelerators}, and the problem does not allow spanning"))
     p = d["precisions"]
     precisions = Precisions(Precision(p["weights"]), Precision(p["kv_cache"]), Precision(p["activations"]),
                             FlopsFormat(p["compute"]), Precision(p["expert_weights"]))
-    blocks = quantization_issues(model.arch, layout, precisions, field=where)
-    out.extend(Violation(i.field, i.problem) for i in blocks)
-    if blocks:
+    issues = deployment_issues(model.arch, layout, int(d["batch_per_replica"]), precisions, field=where)
+    out.extend(Violation(i.field, i.problem) for i in issues)
+    if issues:
         return None
-    options = resolved.problem.solver
     imbalance, redundant = _expert_figures(resolved, model, layout, d.get("expert_map"), where, out)
-    local = _groups_local(model.arch, layout, rack, d.get("expert_map"))
+    experts = ExpertFigures(imbalance, redundant, routing="balanced" if model.expert_loads is not None else None,  # as the solver evaluates it
+                            groups_local=_groups_local(model.arch, layout, rack, d.get("expert_map")))
     role = ServingRole(d.get("role", "aggregated"))
     if role not in w.roles:
         out.append(Violation(f"{where}.role", f"{role} replicas, but workload {w.name} is served '{w.serving}'"))
-    return DeploymentInputs(model.arch, rack, layout, int(d["batch_per_replica"]), w.input_tokens, w.output_tokens,
-                            precisions, resolved.hardware.overheads, options.overlap, options.prefill_chunk_tokens, (),
-                            imbalance, redundant, role, _cache(w, d, rack, where, out), resolved.problem.engine, options.step_model,
-                            expert_routing="balanced" if model.expert_loads is not None else None,  # as the solver evaluates it
-                            expert_groups_local=local, speculative=_speculative(w, d, role, where, out))
+    return deployment_inputs(model.arch, rack, layout, int(d["batch_per_replica"]), (w.input_tokens, w.output_tokens), precisions,
+                             resolved.hardware.overheads, resolved.serving, notes=model.precision_notes(rack.accelerator, precisions),
+                             role=role, prefix_cache=_cache(w, d, rack, where, out), speculative=_speculative(w, d, role, where, out),
+                             experts=experts, field=where)
 
 
 def _speculative(w, d: dict, role: ServingRole, where: str, out: list[Violation]):
@@ -145,7 +140,7 @@ def _expert_figures(resolved: ResolvedProblem, model, layout: Layout, emap: dict
         return 1.0, 0
     max_sum = mean_sum = 0.0
     previous = resolved.previous_expert_map(arch.id, ranks, slots)
-    budget = resolved.problem.placement.max_expert_moves_per_layer
+    budget = resolved.placement.max_expert_moves_per_layer
     for k, layer in enumerate(moe_layers):
         row = [int(e) for e in rows[layer]]
         field = f"{where}.expert_map.physical_to_logical_map[{layer}]"
@@ -190,7 +185,7 @@ def _cache(w, d: dict, rack, where: str, out: list[Violation]):
     if w.prefix_cache is None:
         out.append(Violation(f"{where}.kv_tier", f"{tier!r}, but workload {w.name} declares no prefix_cache"))
         return None
-    if w.prefix_cache.tier not in ("auto", tier):
+    if not w.prefix_cache.allows(tier):
         out.append(Violation(f"{where}.kv_tier", f"{tier!r}, but the workload asks for {w.prefix_cache.tier!r}"))
     try:
         return cache_use(w.prefix_cache, tier, rack.accelerator)

@@ -65,6 +65,10 @@ class Precisions:
     compute: FlopsFormat
     expert_weights: Precision | None = None  # default: same as weights
 
+    def __post_init__(self) -> None:
+        if self.expert_weights == self.weights:  # one record per choice of formats: experts in the weights' format are the default
+            object.__setattr__(self, "expert_weights", None)
+
     @property
     def weight_bytes(self) -> float:
         return bytes_per_value(self.weights)

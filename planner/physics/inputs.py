@@ -1,16 +1,20 @@
 """Everything one replica's evaluation needs: model, rack, layout, batch, lengths, formats, serving
-role, prompt cache, engine and step model."""
+role, prompt cache, engine and step model; and `deployment_inputs`, the one builder of it that the
+solver's candidates, the plan checker, `planner estimate` and `planner.evaluate` all call, so that a
+deployment is checked (layout, fp8 scaling blocks) and filled in the same way on every path."""
 
 from dataclasses import dataclass
 
+from planner.errors import InputIssue, PlannerInputError
 from planner.hardware.catalog import Overheads, RackType
 from planner.model.architecture import ModelArch
 from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
-from planner.physics.deployment import Layout, Precisions
+from planner.physics.deployment import Layout, Precisions, layout_issues, quantization_issues
 from planner.physics.kv_cache import CacheUse
 from planner.physics.speculation import Speculation
 
-__all__ = ["DEFAULT_PREFILL_CHUNK_TOKENS", "DeploymentInputs", "expert_slots"]
+__all__ = ["DEFAULT_PREFILL_CHUNK_TOKENS", "DeploymentInputs", "ExpertFigures", "ServingOptions", "deployment_inputs", "deployment_issues",
+           "expert_slots"]
 
 # Tokens per forward pass: the default per-step token budget of the engines (TensorRT-LLM
 # max_num_tokens, SGLang chunked_prefill_size, vLLM max_num_batched_tokens), which also packs
@@ -85,3 +89,48 @@ class DeploymentInputs:
             return 1.0
         experts = self.arch.moe.n_routed_experts
         return expert_slots(experts, self.layout.ep, self.redundant_experts_per_rank, self.redundant_experts) / experts
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    """How the engine runs every replica of a problem (its solver block and engine)."""
+
+    overlap: OverlapPolicy = OverlapPolicy.SERIAL
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
+    engine: Engine = Engine.TRTLLM
+    step_model: StepModel = StepModel.CALIBRATED
+
+
+@dataclass(frozen=True)
+class ExpertFigures:
+    """What a replica's expert placement gives its evaluation (the defaults: an even, contiguous split)."""
+
+    imbalance: float = 1.0  # hottest expert-parallel rank's load over the mean
+    redundant_per_rank: int = 0  # extra expert copies each rank holds
+    redundant_total: int = 0  # or: extra slots over the whole EP group (which must split evenly over the ranks)
+    routing: str | None = None  # the expert kernels' routing skew; None: the model's
+    groups_local: bool = True  # each expert group inside one scale-up domain
+
+
+def deployment_issues(arch: ModelArch, layout: Layout, batch_per_replica: int, precisions: Precisions, field: str = "layout",
+                      redundant_experts: int = 0) -> list[InputIssue]:
+    """Why this deployment cannot serve (empty: it can): its layout, then the fp8 scaling blocks its shards must hold."""
+    issues = layout_issues(arch, layout, batch_per_replica, field=field, redundant_experts=redundant_experts)
+    return issues or quantization_issues(arch, layout, precisions, field=field)
+
+
+def deployment_inputs(arch: ModelArch, rack: RackType, layout: Layout, batch_per_replica: int, lengths: tuple[int, int],
+                      precisions: Precisions, overheads: Overheads, serving: ServingOptions = ServingOptions(), *,
+                      notes: tuple[str, ...] = (), role: ServingRole = ServingRole.AGGREGATED, prefix_cache: CacheUse | None = None,
+                      speculative: Speculation | None = None, experts: ExpertFigures = ExpertFigures(),
+                      field: str = "layout") -> DeploymentInputs:
+    """The DeploymentInputs of one replica of `arch` on `rack` (`lengths`: input and output tokens per
+    request); raises PlannerInputError with every issue (fields under `field`) when it cannot serve."""
+    spread = arch.is_moe and layout.ep > 1
+    issues = deployment_issues(arch, layout, batch_per_replica, precisions, field, experts.redundant_total if spread else 0)
+    if issues:
+        raise PlannerInputError(issues)
+    return DeploymentInputs(arch, rack, layout, batch_per_replica, lengths[0], lengths[1], precisions, overheads, serving.overlap,
+                            serving.prefill_chunk_tokens, notes, experts.imbalance, experts.redundant_per_rank if spread else 0, role,
+                            prefix_cache, serving.engine, serving.step_model, experts.redundant_total if spread else 0, experts.routing,
+                            experts.groups_local, speculative)

@@ -34,6 +34,7 @@ from ortools.sat.python import cp_model
 from scipy.optimize import linear_sum_assignment
 
 from planner.model.architecture import ModelArch
+from planner.modes import ExpertMethod
 from planner.placement.groups import (
     grouping_is_free,
     groups_fit_nodes,
@@ -263,7 +264,7 @@ def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slo
     return (improved if new < old else ranks), status == cp_model.OPTIMAL
 
 
-def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, method: str, time_limit_s: float,
+def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, method: ExpertMethod, time_limit_s: float,
            workers: int, search: bool = True, previous: list[list[int]] | None = None, budget: int | None = None,
            grouped: tuple[int, int] | None = None) -> LayerPlacement:
     deadline = time.perf_counter() + time_limit_s
@@ -282,7 +283,7 @@ def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, met
             copies, ranks = _within_budget(loads, previous, budget, min(SWAP_TIME_LIMIT_S, time_limit_s))
     per_copy = loads / copies
     proven = False
-    if method == "cpsat":
+    if method is ExpertMethod.CPSAT:
         ranks, proven = _cpsat(per_copy, copies, ranks, slots_per_rank, deadline, workers, previous, budget)
     rank_loads = tuple(float(sum(per_copy[e] for e in rank)) for rank in ranks)
     bound = max(float(loads.sum()) / n_ranks, float(per_copy.max()))
@@ -308,7 +309,7 @@ def node_grouping(arch: ModelArch, loads: np.ndarray, n_ranks: int, ranks_per_no
     return ranks_per_node if grouping_is_free(loads, m.expert_groups, n_ranks // ranks_per_node) else None
 
 
-def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_per_rank: int = 0, *, method: str = "greedy",
+def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_per_rank: int = 0, *, method: ExpertMethod | str = ExpertMethod.GREEDY,
                   time_limit_s: float = 5.0, workers: int = 2, profile: str = "", previous: list[list[int]] | None = None,
                   max_moves_per_layer: int | None = None, ranks_per_node: int | None = None) -> ExpertPlacement:
     """Place every MoE layer's experts on `n_ranks` expert-parallel ranks with
@@ -317,7 +318,7 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
     `ranks_per_node`: ranks per scale-up domain; when the ranks span several, the model's routing
     is group-limited and keeping groups whole costs no balance, each expert group (with its copies)
     stays inside one domain (without a previous placement to stay close to)."""
-    start = time.perf_counter()
+    start, method = time.perf_counter(), ExpertMethod(method)  # a method given by name
     slots_per_rank = slots_per_rank_for(arch.moe.n_routed_experts, n_ranks, redundant_per_rank)
     moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
     deadline = start + time_limit_s
@@ -334,7 +335,7 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
     layers = []
     placed: dict[bytes, LayerPlacement] = {}  # greedy placements from scratch, by the layer's loads (uniform profiles repeat them)
     for k, i in enumerate(moe_layers):  # each layer gets an equal share of what is left, so the total stays within the limit
-        key = np.asarray(loads[k], dtype=float).tobytes() if method == "greedy" and previous is None else None
+        key = np.asarray(loads[k], dtype=float).tobytes() if method is ExpertMethod.GREEDY and previous is None else None
         same = placed.get(key) if key is not None else None
         if same is not None:  # the same loads place the same way: the search is deterministic
             layers.append(replace(same, layer=i))
@@ -345,7 +346,7 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
         if key is not None:
             placed[key] = layers[-1]
     layers = tuple(layers)
-    label = {"greedy": "replica-count search + LPT + swap search", "cpsat": "replica-count search + LPT + swap search + CP-SAT"}[method]
+    label = {ExpertMethod.GREEDY: "replica-count search + LPT + swap search", ExpertMethod.CPSAT: "replica-count search + LPT + swap search + CP-SAT"}[method]
     if grouped is not None:
         label = f"{m.expert_groups} expert groups over {n_ranks // ranks_per_node} domains, then per domain: {label}"
     return ExpertPlacement(n_ranks, slots_per_rank, layers, label, time.perf_counter() - start, profile)
@@ -357,5 +358,5 @@ def eplb_baseline(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
     start = time.perf_counter()
     slots_per_rank = slots_per_rank_for(arch.moe.n_routed_experts, n_ranks, redundant_per_rank)
     moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
-    layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, "greedy", 0.0, 1, search=False) for k, i in enumerate(moe_layers))
+    layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, ExpertMethod.GREEDY, 0.0, 1, search=False) for k, i in enumerate(moe_layers))
     return ExpertPlacement(n_ranks, slots_per_rank, layers, "EPLB-style replicate + LPT", time.perf_counter() - start, "")

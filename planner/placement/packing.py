@@ -11,6 +11,8 @@ CP-SAT model's inequalities use.
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from planner.modes import StageKind
+
 __all__ = ["PlacementFailed", "RackSlots", "StageItem", "aligned_free_blocks", "place", "stage_kind"]
 
 
@@ -18,13 +20,13 @@ class PlacementFailed(Exception):
     pass
 
 
-def stage_kind(stage_size: int, rack_size: int) -> tuple[str, int]:
+def stage_kind(stage_size: int, rack_size: int) -> tuple[StageKind, int]:
     """('slots', s) for a power-of-two stage inside one rack, ('racks', k) for a stage that needs
     k whole racks (a full non-power-of-two rack, or more than a rack)."""
     s, n = stage_size, rack_size
     if s <= n and s & (s - 1) == 0 and (n & (n - 1) == 0 or s < n):
-        return "slots", s
-    return "racks", -(-s // n)
+        return StageKind.SLOTS, s
+    return StageKind.RACKS, -(-s // n)
 
 
 def aligned_free_blocks(rack_size: int, broken: Iterable[int], size: int) -> int:
@@ -121,7 +123,7 @@ def place(racks: Sequence[RackSlots], items: Sequence[StageItem]) -> dict[tuple,
     whenever any placement does). Raises PlacementFailed."""
     assignment: dict[tuple, list[tuple[int, int]]] = {}
     rack_size = racks[0].size if racks else 0
-    whole = [it for it in items if stage_kind(it.size, rack_size)[0] == "racks"]
+    whole = [it for it in items if stage_kind(it.size, rack_size)[0] is StageKind.RACKS]
     slots = [it for it in items if it not in whole]
     for item in whole:
         needed = stage_kind(item.size, rack_size)[1]

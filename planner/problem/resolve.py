@@ -20,16 +20,20 @@ from planner.hardware.catalog import (
 )
 from planner.model.architecture import ModelArch
 from planner.model.catalog import arch_from_spec, load_model_catalog
-from planner.modes import ServingRole
+from planner.modes import CacheTier, ServingMode, ServingRole
 from planner.physics.deployment import Precisions
+from planner.physics.inputs import ServingOptions
 from planner.physics.speculation import Speculation
-from planner.precision import Precision, flops_format
+from planner.problem.precisions import resolve_precisions
 from planner.problem.schema import (
     CatalogModelRef,
     ConfigJsonModelRef,
     ExpertLoadSpec,
+    Objective,
+    PlacementOptions,
     PrecisionSpec,
     Problem,
+    SolverOptions,
     SpeculativeSpec,
 )
 from planner.units import MS, SECONDS_PER_MINUTE
@@ -49,13 +53,30 @@ class ResolvedModel:
     expert_loads: "np.ndarray | None" = None  # (moe layers, experts); None: uniform
     expert_load_label: str = "uniform (no profile given)"
 
+    def precision_notes(self, accel: Accelerator, precisions: Precisions) -> tuple[str, ...]:
+        """What the plan states about these formats on `accel` (a compute fall-back), when they are
+        the ones this model's precisions resolve to there (else nothing)."""
+        try:
+            resolved, notes = resolve_precisions(self.precisions, self.arch, accel)
+        except PlannerInputError:
+            return ()
+        return notes if resolved == precisions else ()
+
 
 @dataclass(frozen=True)
 class PrefixCacheRequest:
     hit_rate: float
     prefix_tokens: int
     retention_s: float
-    tier: str  # a tier id, or "auto"
+    tier: str  # a tier id, or CacheTier.AUTO
+
+    @property
+    def any_tier(self) -> bool:
+        """The solver picks the tier (or none): the request names no tier."""
+        return self.tier == CacheTier.AUTO
+
+    def allows(self, tier_id: str) -> bool:
+        return self.any_tier or self.tier == tier_id
 
 
 @dataclass(frozen=True)
@@ -99,7 +120,7 @@ class ResolvedWorkload:
     output_tokens_per_s: float | None  # demand; None = minimise cost per token
     ttft_limit_s: float | None
     tpot_limit_s: float | None
-    serving: str = "aggregated"  # aggregated | disaggregated | auto
+    serving: ServingMode = ServingMode.AGGREGATED
     prefix_cache: "PrefixCacheRequest | None" = None
     speculative: SpeculativeRequest | None = None
 
@@ -107,7 +128,7 @@ class ResolvedWorkload:
     def roles(self) -> tuple[ServingRole, ...]:
         """The replica roles the solver may use for this workload."""
         aggregated, split = (ServingRole.AGGREGATED,), (ServingRole.PREFILL, ServingRole.DECODE)
-        return {"aggregated": aggregated, "disaggregated": split, "auto": aggregated + split}[self.serving]
+        return {ServingMode.AGGREGATED: aggregated, ServingMode.DISAGGREGATED: split, ServingMode.AUTO: aggregated + split}[self.serving]
 
 
 @dataclass(frozen=True)
@@ -125,6 +146,37 @@ class ResolvedProblem:
 
     def previous_expert_map(self, model_id: str, n_ranks: int, slots_per_rank: int) -> list[list[int]] | None:
         return self.previous_expert_maps.get((model_id, n_ranks, slots_per_rank))
+
+    @property
+    def name(self) -> str:
+        return self.problem.name
+
+    @property
+    def serving(self) -> ServingOptions:
+        """How the engine runs every replica (the solver block's overlap, token budget and step model, the engine)."""
+        options = self.problem.solver
+        return ServingOptions(options.overlap, options.prefill_chunk_tokens, self.problem.engine, options.step_model)
+
+    @property
+    def allow_spanning_domains(self) -> bool:
+        return self.problem.cluster.allow_spanning_domains
+
+    @property
+    def objective(self) -> Objective:
+        return self.problem.objective
+
+    @property
+    def cost_cap_usd_per_hour(self) -> float | None:
+        return self.problem.cost_cap_usd_per_hour
+
+    @property
+    def placement(self) -> PlacementOptions:
+        """The problem's placement block (expert load, redundant copies, move budget, method)."""
+        return self.problem.placement
+
+    @property
+    def solver_options(self) -> SolverOptions:
+        return self.problem.solver
 
 
 def _expert_loads(arch: ModelArch, spec: "ExpertLoadSpec | None", base_dir: Path, field_name: str) -> tuple:
@@ -220,7 +272,8 @@ def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = 
             w.serving,
             None if w.prefix_cache is None else PrefixCacheRequest(w.prefix_cache.hit_rate, w.prefix_cache.prefix_tokens or w.input_tokens,
                                                                     w.prefix_cache.retention_minutes * SECONDS_PER_MINUTE,
-                                                                    w.prefix_cache.tier),
+                                                                    CacheTier(w.prefix_cache.tier) if w.prefix_cache.tier == CacheTier.AUTO
+                                                                    else w.prefix_cache.tier),
         ))
         arch = models.get(key)
         workloads[-1] = replace(workloads[-1], speculative=_workload_speculative(w.speculative, arch, f"workloads[{i}].speculative", issues))
@@ -322,26 +375,3 @@ def _unavailable(names: list[str], counts: list[tuple[RackType, int | None]], is
             continue
         out.setdefault(rack_id, {}).setdefault(int(instance), set()).add(int(index))
     return {r: {k: tuple(sorted(v)) for k, v in sorted(inst.items())} for r, inst in out.items()}
-
-
-def resolve_precisions(spec: PrecisionSpec, arch: ModelArch, accel: Accelerator, field_name: str = "precisions") -> tuple[Precisions, tuple[str, ...]]:
-    """Fill the defaults of `spec` for this model and accelerator. Returns the formats and notes
-    for the plan's assumptions (for instance a compute format the accelerator lacks)."""
-    weights = spec.weights or arch.native_weights_precision
-    expert_weights = spec.expert_weights or (arch.native_expert_weights_precision if spec.weights is None else None)
-    wanted = flops_format(spec.compute or weights)
-    compute = accel.supported_flops_format(wanted)
-    if compute is None:
-        raise PlannerInputError(InputIssue(f"{field_name}.compute", f"{accel.id} has no {wanted} or wider tensor-core rate in the catalog",
-                                           f"use one of: {', '.join(accel.dense_flops_per_s)}"))
-    notes = []
-    if compute != wanted:
-        notes.append(f"{accel.id} has no {wanted} tensor cores: matmuls run at its {compute} rate")
-    precisions = Precisions(
-        weights=weights,
-        kv_cache=spec.kv_cache or Precision.BF16,
-        activations=spec.activations or Precision.BF16,
-        compute=compute,
-        expert_weights=expert_weights,
-    )
-    return precisions, tuple(notes)

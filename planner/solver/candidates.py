@@ -23,20 +23,13 @@ from planner.model.architecture import (
 from planner.modes import (
     BatchLimit,
     Confidence,
-    Engine,
-    OverlapPolicy,
     ServingRole,
-    StepModel,
     StepTerm,
 )
 from planner.physics.cost import usd_per_million_tokens
-from planner.physics.deployment import (
-    Layout,
-    Precisions,
-    layout_issues,
-    quantization_issues,
-)
+from planner.physics.deployment import Layout, Precisions
 from planner.physics.estimate import BatchTable, DeploymentInputs
+from planner.physics.inputs import ExpertFigures, ServingOptions, deployment_inputs, deployment_issues
 from planner.physics.prefill import packed_prompts
 from planner.physics.kv_cache import CacheUse, tiers_for
 from planner.physics.links import default_replica_links, kv_handoff_s
@@ -62,14 +55,11 @@ __all__ = ["Candidate", "CandidateSettings", "Chain", "RackAnalysis", "analyse_r
 
 @dataclass(frozen=True)
 class CandidateSettings:
-    overlap: OverlapPolicy = OverlapPolicy.SERIAL
-    prefill_chunk_tokens: int = 8192
+    serving: ServingOptions = ServingOptions()
     max_batch_per_replica: int = 65536
     allow_spanning_domains: bool = False
     keep_batch_ladder: bool = False  # also keep smaller batches (for latency objectives and frontiers)
     redundant_experts_per_rank: int = 0
-    engine: Engine = Engine.TRTLLM
-    step_model: StepModel = StepModel.CALIBRATED
     confidence: Confidence = Confidence.MEDIAN
     every_batch: bool = False  # a candidate at every feasible batch, with no grid (the exhaustive reference)
 
@@ -292,21 +282,20 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
     for layout in enumerate_layouts(arch, rack, precisions, overheads, max_stage, max_accelerators):
         for analysis in analyses:
             analysis.layouts_tried += 1
-        if layout_issues(arch, layout, layout.pp * layout.dp_attn) or quantization_issues(arch, layout, precisions):
+        if deployment_issues(arch, layout, layout.pp * layout.dp_attn, precisions):
             for analysis in analyses:
                 analysis.reject("invalid")
             continue
         spread = arch.is_moe and layout.ep > 1
         per_domain = ranks_per_domain(rack.n_accelerators, layout.ep, layout.stage_size)
         imbalance, groups_local = expert_load(layout.ep, per_domain) if spread else (1.0, True)
+        experts = ExpertFigures(imbalance, settings.redundant_experts_per_rank, routing=expert_routing, groups_local=groups_local)
         links = default_replica_links(rack, layout, overheads.collective_latency_s)
         spans = links.tp.spans_domains or links.stage.spans_domains  # pipeline stages may sit in different racks
         searches = []
         for workload, analysis in zip(workloads, analyses, strict=True):
-            base = DeploymentInputs(arch, rack, layout, layout.pp * layout.dp_attn, workload.input_tokens, workload.output_tokens,
-                                    precisions, overheads, settings.overlap, settings.prefill_chunk_tokens, notes, imbalance,
-                                    settings.redundant_experts_per_rank if spread else 0, engine=settings.engine,
-                                    step_model=settings.step_model, expert_routing=expert_routing, expert_groups_local=groups_local)
+            base = deployment_inputs(arch, rack, layout, layout.pp * layout.dp_attn, (workload.input_tokens, workload.output_tokens),
+                                     precisions, overheads, settings.serving, notes=notes, experts=experts)
             handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),
                        layout.n_accelerators * accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction)
             searches.append(_layout_candidates(base, workload, settings, spans, notes, handoff, analysis))
@@ -340,9 +329,9 @@ def _cache_options(inp: DeploymentInputs, workload: ResolvedWorkload) -> list[Ca
     request = workload.prefix_cache
     if request is None or inp.role is ServingRole.DECODE:
         return [None]
-    tiers = [t for t in tiers_for(inp.rack.accelerator) if request.tier in ("auto", t.id)]
+    tiers = [t for t in tiers_for(inp.rack.accelerator) if request.allows(t.id)]
     options = [CacheUse(request.hit_rate, request.prefix_tokens, request.retention_s, t) for t in tiers]
-    return ([None] if request.tier == "auto" else []) + options
+    return ([None] if request.any_tier else []) + options
 
 
 def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool, notes: tuple[str, ...],

@@ -28,16 +28,17 @@ so each cut is exact.
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
-from planner.solver.projection import prove, term_range, weighted
+from planner.modes import SolveStatus
+from planner.solver.linear_terms import term_range, weighted
 
-__all__ = ["Decomposition", "Outcome", "split_by_block"]
+__all__ = ["Decomposition", "Incumbent", "Outcome", "split_by_block"]
 
 INT64_EDGE = 2**62  # domain ends beyond this are infinite
 ROUNDS = 6  # Lagrangian rounds at most (the bound usually stops rising after one or two)
@@ -75,6 +76,18 @@ class Outcome:
     bound: int  # proven lower bound (the Lagrangian bound, or the objective when proven)
     proven: bool
     cuts: tuple[tuple[tuple[tuple[int, int], ...], int], ...]  # (terms, lower bound) rows valid for every plan
+
+
+@dataclass(frozen=True)
+class Incumbent:
+    """Steps 1-2's result, where the proof (planner.solver.projection.prove) starts: the Lagrangian
+    bound, the multipliers, each block's proven least priced cost, and the restricted master's plan."""
+
+    bound: int
+    mu: list[int]
+    lows: list[int]
+    assignment: dict[int, int]
+    value: int
 
 
 def _flat_domain(domain) -> tuple[int, int] | None:
@@ -317,7 +330,7 @@ class Decomposition:
 
     def master(self, columns: list[list[tuple[tuple[int, int], ...]] | None], *, rows: list[int] | None = None,
                cap: int | None = None, tie_break: dict[int, int] | None = None,
-               limits: dict[int, tuple[dict[int, int], int]] | None = None, dtime: float | None = None) -> tuple[str, dict[int, int] | None, int | None]:
+               limits: dict[int, tuple[dict[int, int], int]] | None = None, dtime: float | None = None) -> tuple[SolveStatus, dict[int, int] | None, int | None]:
         """One plan per workload from `columns`, the coupling rows kept (those numbered in `rows`, or
         all), the objective minimised (then, if `tie_break` is given, the tie-break among the plans of
         equal objective). A workload whose columns are None joins whole: its own variables and rows,
@@ -349,10 +362,10 @@ class Decomposition:
         solver = self._solver(dtime or self.master_dtime)
         status = solver.solve(master)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return "INFEASIBLE" if status == cp_model.INFEASIBLE else "UNKNOWN", None, None
+            return SolveStatus.INFEASIBLE if status == cp_model.INFEASIBLE else SolveStatus.UNKNOWN, None, None
         value = round(solver.objective_value)
-        name = "OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE"
-        if tie_break is not None and name == "OPTIMAL":
+        name = SolveStatus.OPTIMAL if status == cp_model.OPTIMAL else SolveStatus.FEASIBLE
+        if tie_break is not None and name is SolveStatus.OPTIMAL:
             for a, _, _ in atoms:
                 master.add_hint(a, solver.value(a))
             master.add(objective <= value)
@@ -369,8 +382,10 @@ class Decomposition:
         return name, chosen, value + self.offset
 
     # -- the whole procedure ----------------------------------------------------------------------
-    def run(self, tie_break: dict[int, int] | None, on_progress: Callable[[int | None, int], None] | None = None) -> Outcome | None:
-        """Steps 1-3 of the module docstring. None when a workload cannot be served at all."""
+    def incumbent(self) -> Incumbent | Outcome | None:
+        """Steps 1-2 of the module docstring: the incumbent the proof starts from; an Outcome with no
+        plan when no combination of the columns fits (the cuts still hold); None when a workload
+        cannot be served at all."""
         found = self.multipliers()
         if found is None:
             return None
@@ -380,11 +395,6 @@ class Decomposition:
                 return None
         self.sequential(mu, sorted(range(len(self.blocks)), key=lambda k: -lows[k]))  # the largest workloads first
         status, incumbent, value = self.master([sorted(c) for c in self.columns])
-        if incumbent is None:  # no combination of the columns fits: the cuts still hold
+        if incumbent is None:
             return Outcome({}, 0, bound, False, tuple(self.cuts))
-        if on_progress:
-            on_progress(value, bound)
-        incumbent, value, bound, exact = prove(self, mu, lows, bound, incumbent, value, tie_break)
-        if on_progress:
-            on_progress(value, bound)
-        return Outcome(incumbent, value, bound, exact and bound >= value, tuple(self.cuts))
+        return Incumbent(bound, mu, lows, incumbent, value)

@@ -2,10 +2,20 @@
 dominates its step, what binds the fleet, and the best rejected alternative with why it lost."""
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from planner.modes import ServingRole
+from planner.modes import ServingMode, ServingRole
 from planner.physics.cost import usd_per_million_tokens
+from planner.problem.resolve import ResolvedWorkload
+from planner.solver.candidates import Candidate
+from planner.solver.findings import (
+    TIE_FRACTION,
+    Alternative,
+    DeploymentExplanation,
+    PlanExplanation,
+    RackComparison,
+)
+from planner.solver.result import Deployment, SolveResult
 from planner.solver.search import solve_data
 from planner.units import (
     SECONDS_PER_HOUR,
@@ -17,9 +27,6 @@ from planner.units import (
 
 __all__ = ["Alternative", "DeploymentExplanation", "PlanExplanation", "RackComparison", "explain_plan"]
 
-# Objectives closer than this are ties: above the micro-dollar rounding of CP-SAT's integer objective
-# (model_builder.USD_RESOLUTION on costs of cents and up), below any difference worth reporting.
-TIE_FRACTION = 1e-5
 EXPLAIN_SHARE = 0.2  # of the plan's time limit, for each comparison solve (other serving mode, runner-up)
 EXPLAIN_MIN_S = 1.0
 
@@ -45,62 +52,6 @@ def _pairing_reason(w) -> str:
     return fed if w.ttft_limit_s is None else f"{fed}, or {ttft}"
 
 
-@dataclass(frozen=True)
-class DeploymentExplanation:
-    workload: str
-    rack: str
-    binding: str
-    dominant: str
-
-
-@dataclass(frozen=True)
-class RackComparison:
-    workload: str
-    rack: str
-    best: str  # best layout on this rack type, or why there is none
-    usd_per_million_output_tokens: float | None
-    relative_to_chosen: float | None
-    not_chosen_because: str = ""  # when it is cheaper per token than the plan: what ruled it out
-
-
-@dataclass(frozen=True)
-class Alternative:
-    description: str
-    objective: float | None
-    delta_fraction: float | None
-    reason: str
-
-    @property
-    def ties(self) -> bool:
-        """Within the solver's objective resolution of the plan (the integer units of the CP-SAT objective)."""
-        return self.delta_fraction is not None and abs(self.delta_fraction) < TIE_FRACTION
-
-
-@dataclass(frozen=True)
-class PlanExplanation:
-    deployments: tuple[DeploymentExplanation, ...]
-    fleet: tuple[str, ...]
-    racks: tuple[RackComparison, ...]
-    alternative: Alternative | None
-
-    def lines(self) -> list[str]:
-        out = [f"{d.workload} on {d.rack}: {d.binding}; {d.dominant}" for d in self.deployments]
-        out += list(self.fleet)
-        for r in self.racks:
-            if r.relative_to_chosen is not None:
-                out.append(f"{r.workload} on {r.rack}: best is {r.best} at {format_usd(r.usd_per_million_output_tokens)}/M output "
-                           f"tokens ({r.relative_to_chosen:.2f}x the plan's blended cost for {r.workload})"
-                           + (f"; not chosen: {r.not_chosen_because}" if r.not_chosen_because else ""))
-            else:
-                out.append(f"{r.workload} on {r.rack}: {r.best}")
-        if self.alternative is not None and self.alternative.ties:
-            out.append(f"an equally good alternative: {self.alternative.description} ({self.alternative.reason}); the plan is "
-                       "the canonical choice among ties (fewer deployments, then catalog order, then fewer replicas)")
-        elif self.alternative is not None:
-            out.append(f"best rejected alternative: {self.alternative.description} ({self.alternative.reason})")
-        return out
-
-
 TERM_NAMES = {"compute": "compute", "weights": "weight fetch", "kv": "KV fetch", "comm": "communication",
               "overhead": "kernel floors and elementwise work"}
 
@@ -117,7 +68,7 @@ def _dominant_sentence(step, what: str) -> str:
     return head + f" ({step.bound}-bound)"
 
 
-def _deployment(result, d) -> DeploymentExplanation:
+def _deployment(result: SolveResult, d: Deployment) -> DeploymentExplanation:
     c, e = d.candidate, d.estimate
     w = next(w for w in result.problem.workloads if w.name == c.workload)
     limit = {"tpot": w.tpot_limit_s, "ttft": w.ttft_limit_s}.get(c.batch_limit)
@@ -142,7 +93,7 @@ def _deployment(result, d) -> DeploymentExplanation:
     return DeploymentExplanation(c.workload, rack, binding, dominant)
 
 
-def _why_pipeline(result, c) -> str:
+def _why_pipeline(result: SolveResult, c: Candidate) -> str:
     """Why a layout has pipeline stages: the weights do not fit one scale-up domain, or (said as
     plainly) the stages are cheaper per token than every single-stage layout here."""
     from planner.solver.infeasibility import weights_bytes
@@ -163,11 +114,11 @@ def _why_pipeline(result, c) -> str:
             f"{best.usd_per_million_output_tokens / c.usd_per_million_output_tokens - 1:+.0%} against this one")
 
 
-def _modes(result, time_limit_s: float, seed: int, workers: int) -> list[str]:
+def _modes(result: SolveResult, time_limit_s: float, seed: int, workers: int) -> list[str]:
     """For workloads whose serving mode the solver chose: the other mode's best plan and the margin."""
     lines = []
     for w in result.problem.workloads:
-        if w.serving != "auto":
+        if w.serving != ServingMode.AUTO:
             continue
         split = result.is_split(w.name)
         data = replace(result.data, forced_split={**result.data.forced_split, w.name: not split})
@@ -183,7 +134,7 @@ def _modes(result, time_limit_s: float, seed: int, workers: int) -> list[str]:
     return lines
 
 
-def _fleet(result) -> list[str]:
+def _fleet(result: SolveResult) -> list[str]:
     """Fleet-level limits that bind: rack types fully used, demands met with little slack."""
     lines = []
     for rack_id, pool in result.data.pools.items():
@@ -210,7 +161,7 @@ def _fleet(result) -> list[str]:
     return lines
 
 
-def _room_for_replicas(result, workload: str) -> list[str]:
+def _room_for_replicas(result: SolveResult, workload: str) -> list[str]:
     """Without a demand the plan has one replica per workload; say how many the fleet could hold."""
     lines = []
     for d in result.deployments:
@@ -226,7 +177,7 @@ def _room_for_replicas(result, workload: str) -> list[str]:
     return lines
 
 
-def _racks(result) -> list[RackComparison]:
+def _racks(result: SolveResult) -> list[RackComparison]:
     """For every workload and rack type, the cheapest layout per token and how it compares."""
     comparisons = []
     for w in result.problem.workloads:
@@ -251,7 +202,8 @@ def _racks(result) -> list[RackComparison]:
     return comparisons
 
 
-def _ruled_out(result, workload, candidate, chosen) -> str:
+def _ruled_out(result: SolveResult, workload: ResolvedWorkload, candidate: Candidate | tuple[Candidate, Candidate],
+               chosen: list[Deployment]) -> str:
     """Why a layout cheaper per token than the plan was not used: whole replicas round the demand up,
     the fleet's racks cannot hold enough of them, or (without a demand) the pairing of pools."""
     demand = result.data.demand_tokens_per_s.get(workload.name)
@@ -271,7 +223,7 @@ def _ruled_out(result, workload, candidate, chosen) -> str:
     return f"{accelerators} accelerators at {format_usd(fleet)}/h do not fit the fleet's racks beside the other deployments{pair}"
 
 
-def _best_per_token(candidates) -> tuple[str, float, object] | None:
+def _best_per_token(candidates: list[Candidate]) -> tuple[str, float, Candidate | tuple[Candidate, Candidate]] | None:
     """The cheapest way per output token to serve a workload on one rack type: an aggregated
     candidate, or the cheapest prefill plus the cheapest decode candidate (their pairing TTFT aside)."""
     options = []
@@ -293,7 +245,7 @@ def _best_per_token(candidates) -> tuple[str, float, object] | None:
     return text, cost, candidate
 
 
-def _alternative(result, time_limit_s: float, seed: int, workers: int) -> Alternative | None:
+def _alternative(result: SolveResult, time_limit_s: float, seed: int, workers: int) -> Alternative | None:
     """The best plan that does not use exactly the chosen set of candidates."""
     chosen = frozenset(j for j, c in enumerate(result.data.candidates)
                        if any(d.candidate == c for d in result.deployments))
@@ -313,7 +265,7 @@ def _alternative(result, time_limit_s: float, seed: int, workers: int) -> Altern
     return Alternative("; ".join(picked), raw.objective, delta, reason)
 
 
-def explain_plan(result, *, time_limit_s: float, seed: int, workers: int) -> PlanExplanation:
+def explain_plan(result: SolveResult, *, time_limit_s: float, seed: int, workers: int) -> PlanExplanation:
     # Each comparison solve gets a fifth of the plan's limit (at least 1 s): a fixed share, so that the
     # explanation stays deterministic and a large fleet's runner-up search does not double the command's time.
     time_limit_s = min(time_limit_s, max(EXPLAIN_MIN_S, EXPLAIN_SHARE * time_limit_s))

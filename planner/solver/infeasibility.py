@@ -8,15 +8,17 @@ assumptions on one worker, and the core is validated and shrunk to an irreducibl
 """
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
 from planner.model.architecture import param_counts
-from planner.modes import ConstraintFamily, FamilyKind, ServingRole
+from planner.modes import ConstraintFamily, FamilyKind, ServingRole, SolveStatus
 from planner.precision import bytes_per_value
 from planner.solver.candidates import pair_ttft_p90_s
+from planner.solver.findings import Conflict, InfeasibilityReport
 from planner.solver.model_builder import PlanningData, RackPool, build_model
+from planner.solver.result import SolveResult
 from planner.units import format_bytes, format_rate, format_seconds, format_usd
 
 __all__ = ["Conflict", "InfeasibilityReport", "conflicting_families", "explain_infeasibility", "weights_bytes"]
@@ -24,20 +26,7 @@ __all__ = ["Conflict", "InfeasibilityReport", "conflicting_families", "explain_i
 SEARCH_TIME_LIMIT_S = 2.0
 
 
-@dataclass(frozen=True)
-class Conflict:
-    families: tuple[ConstraintFamily, ...]
-    message: str
-    relax: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class InfeasibilityReport:
-    summary: str
-    conflicts: tuple[Conflict, ...]
-
-
-def weights_bytes(result, workload_name: str) -> float:
+def weights_bytes(result: SolveResult, workload_name: str) -> float:
     """Bytes of the workload's model weights in the problem's weight formats."""
     w = next(w for w in result.problem.workloads if w.name == workload_name)
     model = result.problem.models[w.model_key]
@@ -48,7 +37,7 @@ def weights_bytes(result, workload_name: str) -> float:
     return (counts.total - routed) * bytes_per_value(weights) + routed * bytes_per_value(experts)
 
 
-def _workload_alone(result, workload_name: str) -> Conflict | None:
+def _workload_alone(result: SolveResult, workload_name: str) -> Conflict | None:
     """A workload that has no candidate on any rack type: say which per-candidate limit stops it."""
     analyses = [a for (w, _), a in result.analyses.items() if w == workload_name]
     roles = {c.role for a in analyses for c in a.candidates}
@@ -156,12 +145,12 @@ def _racks_needed(data: PlanningData, rack_id: str) -> int | None:
     return hi
 
 
-def _coupled_conflict(result, families: list[ConstraintFamily]) -> Conflict:
+def _coupled_conflict(result: SolveResult, families: list[ConstraintFamily]) -> Conflict:
     data = result.data
     lines, relax = [], []
     for family in families:
         kind, name = family.kind, family.subject
-        if kind == "demand":
+        if kind is FamilyKind.DEMAND:
             best = max((c.output_tokens_per_s_per_accelerator, c.rack_id) for c in data.candidates if c.workload == name)
             demand = data.demand_tokens_per_s[name]
             lines.append(f"workload '{name}' asks for {format_rate(demand)} output tokens; its most efficient layout "
@@ -169,18 +158,18 @@ def _coupled_conflict(result, families: list[ConstraintFamily]) -> Conflict:
                          f"{math.ceil(demand / best[0])} accelerators")
             fraction = _max_servable_fraction(data, name)
             relax.append(f"lower workloads[{name}].demand to at most {format_rate(demand * fraction)} ({fraction:.0%} of it)")
-        elif kind == "racks":
+        elif kind is FamilyKind.RACKS:
             pool = data.pools[name]
             lines.append(f"the fleet has {pool.count} x {name} ({pool.count * pool.domain_size} accelerators)")
             needed = _racks_needed(data, name)
             if needed is not None:
                 relax.append(f"raise cluster.racks[{name}].count from {pool.count} to {needed}")
-        elif kind == "cost_cap":
+        elif kind is FamilyKind.COST_CAP:
             lines.append(f"the fleet must cost at most {format_usd(data.cost_cap_usd_per_hour)}/h")
             relax.append("raise cost_cap_usd_per_hour")
-        elif kind == "serve":
+        elif kind is FamilyKind.SERVE:
             lines.append(f"workload '{name}' needs one replica")
-        elif kind == "ttft":
+        elif kind is FamilyKind.TTFT:
             pairs = data.split_pairs_over_ttft(name)
             fastest = min((pair_ttft_p90_s(data.candidates[p], data.candidates[q]) for p, q in pairs), default=None)
             lines.append(f"workload '{name}' has a TTFT limit of {format_seconds(data.ttft_limit_s[name])}; {len(pairs)} prefill-decode "
@@ -190,9 +179,9 @@ def _coupled_conflict(result, families: list[ConstraintFamily]) -> Conflict:
     return Conflict(tuple(families), "these constraints conflict:\n      " + "\n      ".join(lines), tuple(relax))
 
 
-def explain_infeasibility(result) -> InfeasibilityReport:
+def explain_infeasibility(result: SolveResult) -> InfeasibilityReport:
     """Explain why `result` (a SolveResult without a plan) is infeasible."""
-    if result.status not in ("INFEASIBLE",) and result.data.candidates:
+    if result.status is not SolveStatus.INFEASIBLE and result.data.candidates:
         return InfeasibilityReport(f"no plan found within the time limit (status {result.status}); the problem may still be "
                                    "feasible: raise --time-limit", ())
     alone = [c for w in result.data.workloads if (c := _workload_alone(result, w)) is not None]

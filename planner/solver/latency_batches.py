@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from planner.modes import BatchLimit
+from planner.modes import BatchLimit, SolveStatus
 from planner.solver.candidates import Candidate, Chain
 from planner.solver.model_builder import PlanningData
 from planner.solver.search import RawSolution
@@ -96,11 +96,11 @@ def solve_refined(data: PlanningData, run: Callable[..., RawSolution]) -> tuple[
         relaxed = replace(data, candidates=ladder.candidates(relaxed=True))
         bound = run(relaxed, False)
         wall += raw.wall_time_s + bound.wall_time_s
-        if raw.status != "OPTIMAL" or bound.status != "OPTIMAL" or bound.objective_int >= raw.objective_int:
+        if raw.status is not SolveStatus.OPTIMAL or bound.status is not SolveStatus.OPTIMAL or bound.objective_int >= raw.objective_int:
             break
         if not ladder.refine(relaxed.candidates, bound.chosen):
             break
-    if raw.status == "OPTIMAL" and bound.status == "OPTIMAL" and bound.objective_int < raw.objective_int:
+    if raw.status is SolveStatus.OPTIMAL and bound.status is SolveStatus.OPTIMAL and bound.objective_int < raw.objective_int:
         gap = (raw.objective - bound.objective) / abs(raw.objective) if raw.objective else 0.0
-        raw = replace(raw, status="FEASIBLE", best_bound=bound.objective, gap=gap)
+        raw = replace(raw, status=SolveStatus.FEASIBLE, best_bound=bound.objective, gap=gap)
     return data, replace(raw, wall_time_s=wall)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.modes import ConstraintFamily, FamilyKind, ServingRole
+from planner.modes import ConstraintFamily, FamilyKind, ServingRole, StageKind
 from planner.placement.packing import aligned_free_blocks, stage_kind
 from planner.problem.schema import Objective
 from planner.physics.cost import usd_per_million_tokens
@@ -109,7 +109,7 @@ def _check_linear(coefficients: Iterable[int], upper_bounds: Iterable[int], name
         raise OverflowError(f"{name}: activity bound {worst:.3e} >= 2^62; coarsen the units")
 
 
-def rack_items(c: Candidate, pool: RackPool) -> tuple[str, int]:
+def rack_items(c: Candidate, pool: RackPool) -> tuple[StageKind, int]:
     """How a replica's pipeline stages occupy racks: ('slots', stage size) for a power-of-two stage
     that fits one rack, or ('racks', racks per stage) for a stage that takes whole racks."""
     return stage_kind(c.stage_size, pool.domain_size)
@@ -173,7 +173,7 @@ def pool_replicas(c: Candidate, pool: RackPool | None) -> int | None:
     if pool is None or pool.count is None:
         return None
     kind, size = rack_items(c, pool)
-    stages = pool.perfect * (pool.domain_size // size) + pool.slots(size) if kind == "slots" else pool.perfect // size
+    stages = pool.perfect * (pool.domain_size // size) + pool.slots(size) if kind is StageKind.SLOTS else pool.perfect // size
     return stages // c.stages
 
 
@@ -277,12 +277,12 @@ def add_rack_budget(model: cp_model.CpModel, v: PlanVars, data: PlanningData) ->
             continue
         js = [j for j, c in enumerate(data.candidates) if c.rack_id == rack_id]
         items = {j: rack_items(data.candidates[j], pool) for j in js}
-        whole = cp_model.LinearExpr.weighted_sum([v.replicas[j] for j in js if items[j][0] == "racks"],
-                                                 [data.candidates[j].stages * items[j][1] for j in js if items[j][0] == "racks"])
+        whole = cp_model.LinearExpr.weighted_sum([v.replicas[j] for j in js if items[j][0] is StageKind.RACKS],
+                                                 [data.candidates[j].stages * items[j][1] for j in js if items[j][0] is StageKind.RACKS])
         literal = v.literal(ConstraintFamily(FamilyKind.RACKS, rack_id))
         model.add(whole <= pool.perfect).only_enforce_if(literal)
-        for size in sorted({s for kind, s in items.values() if kind == "slots"}):
-            big = [j for j in js if items[j][0] == "slots" and items[j][1] >= size]
+        for size in sorted({s for kind, s in items.values() if kind is StageKind.SLOTS}):
+            big = [j for j in js if items[j][0] is StageKind.SLOTS and items[j][1] >= size]
             volume = cp_model.LinearExpr.weighted_sum([v.replicas[j] for j in big], [data.candidates[j].stages * items[j][1] for j in big])
             per_whole_rack = size * (pool.domain_size // size)
             model.add(volume <= (pool.perfect - whole) * per_whole_rack + size * pool.slots(size)).only_enforce_if(literal)

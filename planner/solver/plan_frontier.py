@@ -9,6 +9,7 @@ wherever the other fits, beside anything else.
 
 import numpy as np
 
+from planner.modes import StageKind
 from planner.solver.candidates import Candidate
 from planner.solver.model_builder import RackPool, rack_items
 
@@ -28,10 +29,10 @@ def footprint(c: Candidate, replicas: int, pools: dict[str, RackPool]) -> tuple[
         if pool.count is None:
             continue
         mine = c.rack_id == rack_id
-        kind, size = rack_items(c, pool) if mine else ("slots", 0)
-        whole = replicas * c.stages * size if mine and kind == "racks" else 0
+        kind, size = rack_items(c, pool) if mine else (StageKind.SLOTS, 0)
+        whole = replicas * c.stages * size if mine and kind is StageKind.RACKS else 0
         out.append(whole)
-        out += [replicas * c.stages * size if mine and kind == "slots" and size >= s else 0 for s in _sizes(pool)]
+        out += [replicas * c.stages * size if mine and kind is StageKind.SLOTS and size >= s else 0 for s in _sizes(pool)]
     return tuple(out)
 
 

@@ -29,16 +29,15 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 from ortools.sat.python import cp_model
 
-if TYPE_CHECKING:
-    from planner.solver.decompose import Decomposition
+from planner.modes import SolveStatus
+from planner.solver.decompose import Decomposition
+from planner.solver.linear_terms import term_range, weighted
 
-__all__ = ["prove", "term_range", "weighted"]
+__all__ = ["prove"]
 
 FIRST_WINDOW_SHARE = 1 / 16  # of the incumbent's gap: the first window tried
 WINDOW_GROWTH = 4
@@ -58,24 +57,11 @@ class Wide(Exception):
     """A front with too many slices or solves: its workload joins the master whole."""
 
 
-def weighted(var: dict[int, cp_model.IntVar], coef: dict[int, int] | Iterable[tuple[int, int]]) -> cp_model.LinearExpr:
-    """sum(c * var[i]) over the (index, coefficient) pairs whose index `var` maps."""
-    pairs = coef.items() if isinstance(coef, dict) else coef
-    terms = [(i, c) for i, c in pairs if c and i in var]
-    return cp_model.LinearExpr.weighted_sum([var[i] for i, _ in terms], [c for _, c in terms])
-
-
-def term_range(domain, c: int) -> tuple[int, int]:
-    """The least and the most of c * x over a variable's flat domain."""
-    ends = (c * domain[0], c * domain[len(domain) - 1])
-    return min(ends), max(ends)
-
-
 class Front:
     """One workload's Pareto front within its window, traced on one model whose limits are set by
     editing variable domains (no model is copied per solve)."""
 
-    def __init__(self, dec: "Decomposition", k: int, coef: dict[int, int], limit: int, rows: list[int],
+    def __init__(self, dec: Decomposition, k: int, coef: dict[int, int], limit: int, rows: list[int],
                  tie_break: dict[int, int] | None, stop: threading.Event) -> None:
         block = dec.blocks[k]
         self.stop = stop  # set when another workload's trace gave up
@@ -199,13 +185,13 @@ def _pareto(found: list[tuple[Plan, tuple[int, ...]]]) -> list[Plan]:
     return [plan for plan, _ in kept]
 
 
-def _violated(dec: "Decomposition", assignment: dict[int, int], rows: list[int]) -> list[int]:
+def _violated(dec: Decomposition, assignment: dict[int, int], rows: list[int]) -> list[int]:
     """The coupling rows outside `rows` that the assignment breaks."""
     return [r for r, row in enumerate(dec.rows)
             if r not in rows and sum(c * assignment[i] for i, c in row.terms) > row.rhs]
 
 
-def prove(dec: "Decomposition", mu: list[int], lows: list[int], bound: int, incumbent: dict[int, int], value: int,
+def prove(dec: Decomposition, mu: list[int], lows: list[int], bound: int, incumbent: dict[int, int], value: int,
           tie_break: dict[int, int] | None) -> tuple[dict[int, int], int, int, bool]:
     """The best plan found, its objective, a proven lower bound, and whether the plan may stand as
     the optimum once the bound meets its objective (with a `tie_break`, only an exact master's
@@ -227,7 +213,7 @@ def prove(dec: "Decomposition", mu: list[int], lows: list[int], bound: int, incu
                   for k, plans in enumerate(columns) if plans is None}
         status, chosen, best = dec.master(columns, rows=rows, cap=value, tie_break=tie_break, limits=limits,
                                           dtime=dec.whole_master_dtime if limits else None)
-        if status in ("OPTIMAL", "INFEASIBLE"):
+        if status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE):
             # Every plan worth at most bound + window lies within the windows, and the master was exact
             # over them (rows left out relaxed): nothing beats its optimum, or the incumbent if none.
             lower = max(lower, min(best if best is not None else value + 1, bound + window + 1))
@@ -239,9 +225,9 @@ def prove(dec: "Decomposition", mu: list[int], lows: list[int], bound: int, incu
                 if fitted is not None and fitted_value is not None:
                     incumbent, value, exact = fitted, fitted_value, False
                 continue
-            incumbent, value, exact = chosen, best, status == "OPTIMAL" and best <= bound + window
+            incumbent, value, exact = chosen, best, status is SolveStatus.OPTIMAL and best <= bound + window
         settled = lower >= value and (exact or tie_break is None)
-        if settled or status not in ("OPTIMAL", "INFEASIBLE"):
+        if settled or status not in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE):
             break
         # look further; an optimum proven by the bound alone is found canonically with the whole gap
         window = value - bound if lower >= value else min(value - bound, max(1, window * WINDOW_GROWTH))

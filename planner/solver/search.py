@@ -9,13 +9,14 @@ and cuts.
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model, cp_model_helper
 
-from planner.modes import ServingRole
+from planner.modes import ServingRole, SolveStatus
 from planner.problem.schema import Objective
-from planner.solver.decompose import Decomposition, Outcome, split_by_block
+from planner.solver.decompose import Decomposition, Incumbent, Outcome, split_by_block
 from planner.solver.model_builder import (
     PlanningData,
     PlanVars,
@@ -23,8 +24,9 @@ from planner.solver.model_builder import (
     primary_objective,
     tie_break_objective,
 )
+from planner.solver.projection import prove
 
-__all__ = ["RawSolution", "STATUS_NAMES", "decompose_model", "hint_plan", "set_parameters", "solve_data"]
+__all__ = ["RawSolution", "STATUS_NAMES", "decompose_model", "hint_plan", "set_parameters", "solve_by_workload", "solve_data"]
 
 SEARCH_SHARE = 0.85  # of the time limit for the two search phases; the canonical tie-break gets the rest
 SINGLE_WORKER_SHARE = 0.4  # of the search time for the single-worker first phase
@@ -35,8 +37,8 @@ SINGLE_WORKER_LINEARIZATION = 2
 MIN_SEARCH_S = 0.1  # CP-SAT's share when the decomposition took the budget
 DECOMPOSE_MIN_CANDIDATES = 150  # below this, CP-SAT alone proves the bundled fleets optimal in well under a second
 TIE_BREAK_TIME_LIMIT_S = 5.0  # fixed, so that multi-worker runs do not depend on the worker count (docs/cpsat.md section 7)
-STATUS_NAMES = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
-                cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
+STATUS_NAMES = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE, cp_model.INFEASIBLE: SolveStatus.INFEASIBLE,
+                cp_model.UNKNOWN: SolveStatus.UNKNOWN, cp_model.MODEL_INVALID: SolveStatus.MODEL_INVALID}
 
 
 def set_parameters(solver: cp_model.CpSolver, *, time_limit_s: float, seed: int, workers: int, relative_gap_limit: float = 0.0) -> None:
@@ -62,7 +64,7 @@ def set_parameters(solver: cp_model.CpSolver, *, time_limit_s: float, seed: int,
 
 @dataclass(frozen=True)
 class RawSolution:
-    status: str
+    status: SolveStatus
     chosen: dict[int, int]  # candidate index -> replicas
     objective_int: int | None  # the objective in the model's integer units
     objective: float | None
@@ -72,6 +74,9 @@ class RawSolution:
     unit: str
     n_variables: int
     n_constraints: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", SolveStatus(self.status))  # a status given by name
 
 
 def _fix_families(model: cp_model.CpModel, v: PlanVars) -> None:
@@ -162,11 +167,26 @@ def _decompose(model: cp_model.CpModel, v: PlanVars, data: PlanningData, *, seed
             if hook is not None and number is not None:
                 hook(number)
 
-    return decomposition.run(tie_break, progress if callback is not None else None)
+    return solve_by_workload(decomposition, tie_break, progress if callback is not None else None)
+
+
+def solve_by_workload(decomposition: Decomposition, tie_break: dict[int, int] | None,
+                      on_progress: Callable[[int | None, int], None] | None = None) -> Outcome | None:
+    """The decomposition's steps 1-2 (its incumbent), then the proof (planner.solver.projection);
+    None when a workload cannot be served at all."""
+    start = decomposition.incumbent()
+    if not isinstance(start, Incumbent):
+        return start
+    if on_progress:
+        on_progress(start.value, start.bound)
+    assignment, value, bound, exact = prove(decomposition, start.mu, start.lows, start.bound, start.assignment, start.value, tie_break)
+    if on_progress:
+        on_progress(value, bound)
+    return Outcome(assignment, value, bound, exact and bound >= value, tuple(decomposition.cuts))
 
 
 def _from_outcome(outcome: Outcome, model: cp_model.CpModel, v: PlanVars, resolution: float, unit: str, wall: float,
-                  status: str = "OPTIMAL") -> RawSolution:
+                  status: SolveStatus = SolveStatus.OPTIMAL) -> RawSolution:
     """The decomposition's plan: proven optimal, or the best plan found when CP-SAT found none."""
     chosen = {j: outcome.assignment[var.index] for j, var in enumerate(v.replicas) if outcome.assignment[var.index] > 0}
     objective, bound = outcome.objective * resolution, outcome.bound * resolution
@@ -210,18 +230,18 @@ def solve_data(data: PlanningData, *, time_limit_s: float = 10.0, seed: int = 0,
     solver, status, wall = _minimise(model, v, time_limit_s=max(MIN_SEARCH_S, SEARCH_SHARE * time_limit_s - spent), seed=seed,
                                      workers=workers, relative_gap_limit=relative_gap_limit, callback=callback)
     wall += spent
-    name = STATUS_NAMES.get(status, "UNKNOWN")
+    name = STATUS_NAMES.get(status, SolveStatus.UNKNOWN)
     n_vars, n_cons = len(model.proto.variables), len(model.proto.constraints)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if outcome is not None and outcome.assignment and status != cp_model.INFEASIBLE:
-            return _from_outcome(outcome, model, v, resolution, unit, wall, status="FEASIBLE")
+            return _from_outcome(outcome, model, v, resolution, unit, wall, status=SolveStatus.FEASIBLE)
         return RawSolution(name, {}, None, None, None, None, wall, unit, n_vars, n_cons)
     value = round(solver.objective_value)
     bound = max(solver.best_objective_bound, outcome.bound if outcome is not None else -math.inf)
-    if name == "OPTIMAL" and value > math.ceil(bound - 1e-6):
-        name = "FEASIBLE"  # CP-SAT says OPTIMAL when the gap limit stops it; only a closed gap is optimal
-    elif name == "FEASIBLE" and value <= math.ceil(bound - 1e-6):
-        name = "OPTIMAL"  # the decomposition's bound closed the gap that CP-SAT's did not
+    if name is SolveStatus.OPTIMAL and value > math.ceil(bound - 1e-6):
+        name = SolveStatus.FEASIBLE  # CP-SAT says OPTIMAL when the gap limit stops it; only a closed gap is optimal
+    elif name is SolveStatus.FEASIBLE and value <= math.ceil(bound - 1e-6):
+        name = SolveStatus.OPTIMAL  # the decomposition's bound closed the gap that CP-SAT's did not
     chosen = v.extract(solver)
     if canonical:
         chosen, extra = _canonical(model, v, data, objective, value, seed, solver, time_limit_s)

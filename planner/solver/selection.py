@@ -17,12 +17,11 @@ def problem_candidates(resolved: ResolvedProblem, analyses: dict[tuple[str, str]
                        ladder: LatencyLadder | None, every_batch: bool, roomy: bool = False) -> tuple[Candidate, ...]:
     """Every workload's candidates (with `ladder`, at the batches it keeps; with `every_batch`, all
     of them, unpruned), in canonical order."""
-    problem = resolved.problem
     out: list[Candidate] = []
     for w in resolved.workloads:
         mine = [analyses[(w.name, rack.id)] for rack, _ in resolved.rack_counts]
         out += [c for a in mine for c in a.candidates] if every_batch else \
-            workload_candidates(w, mine, pools, problem.solver.max_replicas, problem.objective, problem.cost_cap_usd_per_hour is not None,
+            workload_candidates(w, mine, pools, resolved.solver_options.max_replicas, resolved.objective, resolved.cost_cap_usd_per_hour is not None,
                                 ladder, roomy)
     return tuple(sorted(out, key=lambda c: (c.workload, c.sort_key())))
 
@@ -34,8 +33,8 @@ def roomy_or_all(resolved: ResolvedProblem, pools: dict[str, RackPool], select: 
     if any(w.output_tokens_per_s is not None for w in resolved.workloads):
         return select()
     roomy = select(roomy=True)
-    best = [best_plan([c for c in roomy if c.workload == w.name], pools, w.ttft_limit_s, resolved.problem.objective) for w in resolved.workloads]
+    best = [best_plan([c for c in roomy if c.workload == w.name], pools, w.ttft_limit_s, resolved.objective) for w in resolved.workloads]
     if None in best or not fits_rows(sum(b[2] for b in best), pools):
         return select()
-    cap = resolved.problem.cost_cap_usd_per_hour
+    cap = resolved.cost_cap_usd_per_hour
     return roomy if cap is None or sum(b[1] for b in best) <= _scaled(cap, USD_RESOLUTION, round_up=False) else select()

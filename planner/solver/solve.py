@@ -12,12 +12,11 @@ import multiprocessing
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from planner.model.expert_loads import synthetic_profile
-from planner.modes import ServingRole
-from planner.physics.cost import usd_per_million_tokens
-from planner.physics.estimate import Estimate, estimate
+from planner.modes import ExpertMethod, SolveStatus
+from planner.physics.estimate import estimate
 from planner.placement.experts import (
     ExpertPlacement,
     node_grouping,
@@ -33,117 +32,16 @@ from planner.solver.candidates import (
     CandidateSettings,
     RackAnalysis,
     analyse_rack,
-    pair_ttft_s,
-    served_tokens_per_s,
 )
 from planner.solver.explain import explain_plan
 from planner.solver.infeasibility import explain_infeasibility
 from planner.solver.latency_batches import LatencyLadder, solve_refined
 from planner.solver.model_builder import PlanningData, RackPool
-from planner.solver.selection import problem_candidates, roomy_or_all
+from planner.solver.result import Deployment, SolveResult, SolverStats
 from planner.solver.search import RawSolution, solve_data
-from planner.units import SECONDS_PER_HOUR
+from planner.solver.selection import problem_candidates, roomy_or_all
 
 __all__ = ["Deployment", "SolveResult", "SolverStats", "expert_imbalance_functions", "prepare", "solve"]
-
-@dataclass(frozen=True)
-class SolverStats:
-    status: str
-    objective: float | None  # in objective_unit
-    best_bound: float | None
-    gap: float | None  # |objective - bound| / |objective|
-    wall_time_s: float  # CP-SAT solves only
-    total_time_s: float  # candidates + model + solves
-    objective_unit: str
-    time_limit_s: float
-    seed: int
-    workers: int
-    n_candidates: int
-    n_variables: int
-    n_constraints: int
-
-
-@dataclass(frozen=True)
-class Deployment:
-    candidate: Candidate
-    replicas: int
-    estimate: Estimate
-    experts: ExpertPlacement | None = None
-
-    @property
-    def accelerators(self) -> int:
-        return self.replicas * self.candidate.accelerators
-
-    @property
-    def usd_per_hour(self) -> float:
-        return self.replicas * self.candidate.usd_per_hour
-
-    @property
-    def output_tokens_per_s(self) -> float:
-        return self.replicas * self.candidate.output_tokens_per_s
-
-
-@dataclass
-class SolveResult:
-    problem: ResolvedProblem
-    status: str
-    stats: SolverStats
-    deployments: list[Deployment]
-    data: PlanningData
-    analyses: dict[tuple[str, str], RackAnalysis]
-    explanation: object | None = None  # explain.PlanExplanation
-    infeasibility: object | None = None  # infeasibility.InfeasibilityReport
-    placement: object | None = None  # placement.FleetPlacement
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def has_plan(self) -> bool:
-        return self.status in ("OPTIMAL", "FEASIBLE") and bool(self.deployments)
-
-    @property
-    def usd_per_hour(self) -> float:
-        return sum(d.usd_per_hour for d in self.deployments)
-
-    @property
-    def accelerators(self) -> int:
-        return sum(d.accelerators for d in self.deployments)
-
-    def of_workload(self, workload: str, role: ServingRole | None = None) -> list[Deployment]:
-        return [d for d in self.deployments if d.candidate.workload == workload and (role is None or d.candidate.role is role)]
-
-    def is_split(self, workload: str) -> bool:
-        """Served by prefill and decode pools."""
-        return any(d.candidate.role is not ServingRole.AGGREGATED for d in self.of_workload(workload))
-
-    def workload_ttft_s(self, workload: str) -> float:
-        """Worst TTFT a request of `workload` sees: over aggregated replicas, or over every
-        prefill-decode pair the plan may route it through."""
-        if self.is_split(workload):
-            return max(pair_ttft_s(p.candidate, q.candidate) for p in self.of_workload(workload, ServingRole.PREFILL)
-                       for q in self.of_workload(workload, ServingRole.DECODE))
-        return max(d.estimate.ttft_s for d in self.of_workload(workload))
-
-    def workload_tpot_s(self, workload: str) -> float:
-        return max(d.estimate.tpot_s for d in self.of_workload(workload) if d.candidate.role is not ServingRole.PREFILL)
-
-    def workload_usd_per_million_output_tokens(self, workload: str) -> float:
-        """The plan's cost per output token for `workload`: its deployments' cost over the tokens they
-        make (with a demand), or the per-token cost of its one replica or replica pair."""
-        mine = self.of_workload(workload)
-        if self.data.demand_tokens_per_s.get(workload) is None:
-            return sum(d.candidate.usd_per_million_output_tokens for d in mine)
-        return usd_per_million_tokens(sum(d.usd_per_hour for d in mine) / SECONDS_PER_HOUR, self.served_output_tokens_per_s(workload))
-
-    def served_output_tokens_per_s(self, workload: str) -> float:
-        """Output tokens per second the plan serves for `workload`: its aggregated replicas', or with
-        prefill and decode pools the smaller of what decode makes and prefill feeds."""
-        return served_tokens_per_s((d.candidate, d.replicas) for d in self.of_workload(workload))
-
-    def fed_output_tokens_per_s(self, workload: str) -> float | None:
-        """Output tokens per second the prompts `workload`'s prefill pool prefills will make (None: no pool)."""
-        pool = self.of_workload(workload, ServingRole.PREFILL)
-        return sum(d.output_tokens_per_s for d in pool) if pool else None
-
 
 # Enumeration runs in forked worker processes when the solve has several workers and at least this
 # many (workload, rack type) analyses to share out (below it, starting processes costs more than it
@@ -247,11 +145,10 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
     placements of an earlier call on the same models (sweeps). `workers` > 1 spreads a large enumeration over forked
     processes; the candidates are the same as a serial run's. `every_batch`: instead, a candidate at
     every feasible batch of every layout, unpruned (what the exhaustive reference searches)."""
-    problem = resolved.problem
-    latency = problem.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
-    settings = CandidateSettings(problem.solver.overlap, problem.solver.prefill_chunk_tokens, problem.solver.max_batch_per_replica,
-                                 problem.cluster.allow_spanning_domains, latency, problem.placement.redundant_experts_per_rank,
-                                 problem.engine, problem.solver.step_model, problem.solver.confidence, every_batch)
+    options = resolved.solver_options
+    latency = resolved.objective is Objective.MIN_TPOT if keep_batch_ladder is None else keep_batch_ladder
+    settings = CandidateSettings(resolved.serving, options.max_batch_per_replica, resolved.allow_spanning_domains, latency,
+                                 resolved.placement.redundant_experts_per_rank, options.confidence, every_batch)
     imbalance = imbalance if imbalance is not None else expert_imbalance_functions(resolved)
     shared = _distinct_analyses(resolved, settings, imbalance, workers, progress)
     analyses: dict[tuple[str, str], RackAnalysis] = {}
@@ -270,9 +167,9 @@ def prepare(resolved: ResolvedProblem, *, keep_batch_ladder: bool | None = None,
         workloads=tuple(w.name for w in resolved.workloads),
         demand_tokens_per_s={w.name: w.output_tokens_per_s for w in resolved.workloads},
         pools=pools,
-        objective=problem.objective,
-        cost_cap_usd_per_hour=problem.cost_cap_usd_per_hour,
-        max_replicas=problem.solver.max_replicas,
+        objective=resolved.objective,
+        cost_cap_usd_per_hour=resolved.cost_cap_usd_per_hour,
+        max_replicas=options.max_replicas,
         ttft_limit_s={w.name: w.ttft_limit_s for w in resolved.workloads},
     )
     if ladder is not None and data.has_demand:  # the batches a latency objective needs are found while solving
@@ -292,7 +189,7 @@ def _imbalance_function(resolved: ResolvedProblem, model: ResolvedModel) -> Call
     width), and whether that placement keeps the expert groups inside their domains (the step
     model's group-limited exchange). Without a profile or a budget: balanced, and the engines' contiguous,
     group-aligned default."""
-    options = resolved.problem.placement
+    options = resolved.placement
     if model.expert_loads is None and options.max_expert_moves_per_layer is None:
         return lambda ep, ranks_per_node=None: (1.0, True)
     loads = model.expert_loads if model.expert_loads is not None else synthetic_profile(model.arch, distribution="uniform")
@@ -307,7 +204,7 @@ def _imbalance_function(resolved: ResolvedProblem, model: ResolvedModel) -> Call
             previous = previous if budget is not None else None
             key = (ep, node_grouping(model.arch, loads, ep, ranks_per_node, previous))
             if key not in placements:
-                placements[key] = place_experts(model.arch, loads, ep, redundant, method="greedy", previous=previous,
+                placements[key] = place_experts(model.arch, loads, ep, redundant, method=ExpertMethod.GREEDY, previous=previous,
                                                 max_moves_per_layer=budget, ranks_per_node=ranks_per_node)
             layers = [[list(r) for r in L.slots] for L in placements[key].layers]
             cache[(ep, ranks_per_node)] = (placements[key].imbalance, expert_groups_local(model.arch, ep, ranks_per_node or ep, layers))
@@ -334,7 +231,7 @@ def _expert_placement(resolved: ResolvedProblem, model: ResolvedModel, c: Candid
     slots = slots_per_rank_for(model.arch.moe.n_routed_experts, c.layout.ep, options.redundant_experts_per_rank)
     previous = resolved.previous_expert_map(model.arch.id, c.layout.ep, slots)
     key = (c.layout.ep, node_grouping(model.arch, loads, c.layout.ep, _ranks_per_domain(c), None))
-    if known and options.method == "greedy" and previous is None and key in known:
+    if known and ExpertMethod(options.method) is ExpertMethod.GREEDY and previous is None and key in known:
         return replace(known[key], profile=model.expert_load_label)
     return place_experts(model.arch, loads, c.layout.ep, options.redundant_experts_per_rank, method=options.method,
                          time_limit_s=options.time_limit_s, profile=model.expert_load_label, previous=previous,
@@ -347,12 +244,11 @@ def _ranks_per_domain(c: Candidate) -> int:
 
 
 def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int], imbalance: dict | None = None) -> list[Deployment]:
-    problem = resolved.problem
     deployments = []
     for j, replicas in sorted(chosen.items(), key=lambda item: (data.candidates[item[0]].workload, data.candidates[item[0]].sort_key())):
         c = data.candidates[j]
         model = resolved.models[c.model_key]
-        experts = _expert_placement(resolved, model, c, problem.placement, getattr((imbalance or {}).get(c.model_key), "placements", None))
+        experts = _expert_placement(resolved, model, c, resolved.placement, getattr((imbalance or {}).get(c.model_key), "placements", None))
         # the deployment the enumeration evaluated, with the expert load its placement measured
         inputs = replace(c.inputs, expert_imbalance=experts.imbalance if experts else 1.0,
                          expert_groups_local=expert_groups_local(model.arch, c.layout.ep, _ranks_per_domain(c),
@@ -365,7 +261,7 @@ def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int
 def solve(resolved: ResolvedProblem, *, time_limit_s: float | None = None, seed: int | None = None, workers: int | None = None,
           explain: bool = True, progress: Callable[[str], None] | None = None) -> SolveResult:
     """Solve `resolved`; options default to the problem's solver block."""
-    options = resolved.problem.solver
+    options = resolved.solver_options
     time_limit_s = options.time_limit_s if time_limit_s is None else time_limit_s
     seed = options.seed if seed is None else seed
     workers = options.workers if workers is None else workers
@@ -375,7 +271,7 @@ def solve(resolved: ResolvedProblem, *, time_limit_s: float | None = None, seed:
     run = lambda d, canonical=True: solve_data(d, time_limit_s=time_limit_s, seed=seed, workers=workers,
                                                relative_gap_limit=options.relative_gap_limit, canonical=canonical)
     if not data.candidates:
-        raw = RawSolution("INFEASIBLE", {}, None, None, None, None, 0.0, "", 0, 0)
+        raw = RawSolution(SolveStatus.INFEASIBLE, {}, None, None, None, None, 0.0, "", 0, 0)
     elif data.ladder is not None:
         data, raw = solve_refined(data, run)
     else:
@@ -383,15 +279,14 @@ def solve(resolved: ResolvedProblem, *, time_limit_s: float | None = None, seed:
     deployments = _deployments(resolved, data, raw.chosen, imbalance)
     stats = SolverStats(raw.status, raw.objective, raw.best_bound, raw.gap, raw.wall_time_s, time.perf_counter() - start,
                         raw.unit, time_limit_s, seed, workers, len(data.candidates), raw.n_variables, raw.n_constraints)
-    result = SolveResult(resolved, raw.status, stats, deployments, data, analyses)
+    result = SolveResult(resolved, raw.status, stats, tuple(deployments), data, analyses)
     if result.has_plan:
         try:
-            result.placement = place_plan(result)
+            result = replace(result, placement=place_plan(resolved.rack_counts, resolved.unavailable, [d.placed() for d in deployments]))
         except PlacementFailed as exc:  # the model's packing constraints make this unreachable
-            result.notes.append(f"placement failed: {exc}")
-    if explain:
-        if result.has_plan:
-            result.explanation = explain_plan(result, time_limit_s=time_limit_s, seed=seed, workers=workers)
-        else:
-            result.infeasibility = explain_infeasibility(result)
+            result = replace(result, notes=(*result.notes, f"placement failed: {exc}"))
+    if explain and result.has_plan:
+        result = replace(result, explanation=explain_plan(result, time_limit_s=time_limit_s, seed=seed, workers=workers))
+    elif explain:
+        result = replace(result, infeasibility=explain_infeasibility(result))
     return result

@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.model.architecture import param_counts
-from planner.modes import ServingRole
+from planner.modes import ServingRole, SolveStatus
 from planner.physics.batch_table import BatchTable, evaluate_batches
 from planner.physics.cost import usd_per_million_tokens, usd_per_s
 from planner.physics.deployment import Layout
@@ -220,7 +220,7 @@ def _key(c: Candidate) -> tuple:
 
 
 def _point(limit_s: float, data, raw: RawSolution, hinted: bool) -> FrontierPoint:
-    if raw.status not in ("OPTIMAL", "FEASIBLE") or not raw.chosen:
+    if not raw.status.has_plan or not raw.chosen:
         return FrontierPoint(limit_s, raw.status, None, None, None, 0, "", 0, hinted)
     chosen = [(data.candidates[j], r) for j, r in sorted(raw.chosen.items())]
     usd = sum(c.usd_per_hour * r for c, r in chosen)
@@ -282,7 +282,7 @@ def sweep_frontier(problem: Problem, *, base_dir=".", workload: str | None = Non
             if all(key in index for key in previous):
                 hint = {index[key]: r for key, r in previous.items()}
         raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers, hint=hint) if data.candidates else \
-            RawSolution("INFEASIBLE", {}, None, None, None, None, 0.0, "", 0, 0)
+            RawSolution(SolveStatus.INFEASIBLE, {}, None, None, None, None, 0.0, "", 0, 0)
         out.append(_point(float(limit), data, raw, hint is not None))
         if raw.chosen:
             previous = {_key(data.candidates[j]): r for j, r in raw.chosen.items()}
