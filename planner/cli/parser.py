@@ -76,6 +76,22 @@ def rl_factor(text: str) -> float:
     return value
 
 
+def _add_probe(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("probe", help="measure the step model's kernels on this machine and write kernel tables for calibrate",
+                       description="Time dense and expert GEMMs, decode and prefill attention (GQA and MLA), elementwise work, HBM "
+                                   "copies and (with several GPUs) collectives at the shapes of the models named, within a time budget, "
+                                   "and write them as kernel tables with a record of the machine (probe.yaml). "
+                                   "Needs PyTorch: pip install 'llm-deployment-planner[probe]'.")
+    p.add_argument("models", nargs="+", help="catalog model ids or config.json files whose shapes are measured")
+    p.add_argument("-o", "--out", required=True, help="directory for probe.yaml and the tables")
+    p.add_argument("--budget-s", type=positive(float, 3600.0), default=180.0, help="time budget in seconds; trims shapes, never kernel classes (default 180)")
+    p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, a few seconds: checks the whole path, measures nothing useful")
+    p.add_argument("--ranks", type=bounded(int, 1, 64), help="processes for the collectives (default: every GPU; 1 on a CPU)")
+    p.add_argument("--warmup", type=bounded(int, 0, 100), default=3, help="untimed calls before each shape (default 3)")
+    p.add_argument("--iterations", type=bounded(int, 1, 1000), default=10, help="timed calls per shape, their median kept (default 10)")
+    p.set_defaults(handler="planner.cli.probe:probe_command")
+
+
 def _add_estimate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimate", help="evaluate one fixed deployment and show its roofline breakdown",
                        description="Evaluate one replica: step-time terms, TPOT, TTFT, HBM use and cost. "
@@ -274,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--systems", nargs="+", help="only these systems (h100_sxm or h100-sxm; default all six)")
     cal.add_argument("--engines", nargs="+", choices=[e.value for e in Engine], help="only these engines (default all three)")
     cal.set_defaults(handler="planner.cli.calibrate:calibrate_command")
+    _add_probe(sub)
     catalog = sub.add_parser("catalog", help="list accelerators, racks, models and KV-cache tiers with their key numbers")
     catalog.add_argument("section", nargs="?", choices=["accelerators", "racks", "models", "kv-tiers"], help="only this section")
     catalog.add_argument("--json", metavar="PATH", help="also write the catalog as JSON")
