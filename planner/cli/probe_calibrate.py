@@ -8,7 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.cli.common import EXIT_OK
-from planner.errors import InputIssue, PlannerInputError, load_yaml_file, unknown_name_issue
+from pydantic import ValidationError
+
+from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error, load_yaml_file, unknown_name_issue
 from planner.hardware.catalog import load_hardware_catalog
 from planner.hardware.specs import AcceleratorSpec, RackSpec
 from planner.modes import Engine
@@ -26,10 +28,15 @@ def _extra_specs(path: str | None) -> tuple[list[AcceleratorSpec], list[RackSpec
     if path is None:
         return [], []
     raw = load_yaml_file(Path(path)) or {}
-    raw = raw.get("cluster", raw) if isinstance(raw, dict) else {}
-    accels = raw.get("custom_accelerators", raw.get("accelerators", []))
-    racks = raw.get("custom_racks", raw.get("racks", []))
-    return [AcceleratorSpec.model_validate(a) for a in accels], [RackSpec.model_validate(r) for r in racks]
+    raw = raw if isinstance(raw, dict) else {}
+    cluster = raw.get("cluster")
+    names = ("custom_accelerators", "custom_racks") if isinstance(cluster, dict) else ("accelerators", "racks")
+    source = cluster if isinstance(cluster, dict) else raw
+    accels, racks = source.get(names[0], []), source.get(names[1], [])
+    try:
+        return [AcceleratorSpec.model_validate(a) for a in accels], [RackSpec.model_validate(r) for r in racks]
+    except ValidationError as exc:
+        raise PlannerInputError(issues_from_validation_error(exc, path)) from None
 
 
 def _base(args: argparse.Namespace, device: str) -> tuple[AcceleratorSpec, list[RackSpec]]:
