@@ -69,6 +69,9 @@ def probe_command(args: argparse.Namespace, console: Console) -> int:
     plan = plan_shapes(archs, {k: catalog[v] for k, v in REFERENCE_MODELS.items()}, args.smoke)
     warmup = SMOKE_WARMUP if args.smoke else args.warmup
     device = open_device(args.smoke, warmup, SMOKE_ITERATIONS if args.smoke else args.iterations)
+    if not device.is_gpu and not args.smoke:
+        raise PlannerInputError(InputIssue("probe", "PyTorch sees no GPU (CUDA or ROCm build) on this machine",
+                                           "run it on the GPU node with a GPU build of PyTorch, or pass --smoke to check the path on a CPU"))
     ranks = args.ranks or (torch.cuda.device_count() if device.is_gpu else 1)
     out = Path(args.out)
     console.print(f"probing {device.torch_device} ({plan.count()} shapes of {', '.join(plan.models)}; budget {args.budget_s:.0f} s)", markup=False)
@@ -78,6 +81,8 @@ def probe_command(args: argparse.Namespace, console: Console) -> int:
     console.print(f"{record['probe']['device']}: {sum(run['rows'].values())} shapes in {run['elapsed_s']:.1f} s", markup=False)
     for table, rows in run["rows"].items():
         console.print(f"  {table}: {rows}", markup=False)
+    for what, count in run["skipped"].items():
+        console.print(f"  skipped {count} shapes of {what}: {run['first_errors'].get(what, '')}", markup=False)
     for what, why in run["not_measured"].items():
         console.print(f"  not measured: {what}: {why}", markup=False)
     console.print(f"wrote {out / PROBE_FILE} and its tables; next: planner calibrate {out} --out CATALOG_DIR", markup=False)

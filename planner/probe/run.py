@@ -32,7 +32,7 @@ PROBE_FILE = "probe.yaml"
 MIN_SHAPES = 8  # calibrate fits a table of at least 8 shapes (collectives: 4 sizes)
 CLASS_WEIGHTS = {"gemm": 4.0, "moe": 1.5, "attention_decode": 1.5, "attention_prefill": 1.0, "mla_decode": 1.0, "mla_prefill": 1.0,
                  "elementwise": 0.5, "hbm": 0.5, "collectives": 1.0}
-OUT_OF_MEMORY = (torch.OutOfMemoryError,)
+KERNEL_ERRORS = (RuntimeError, ValueError)  # out of memory (a RuntimeError), or a shape or format the device's kernel refuses
 
 
 @dataclass
@@ -41,6 +41,7 @@ class ProbeRun:
 
     tables: dict[tuple[str, str], list[dict]] = field(default_factory=dict)  # (family, file) -> rows
     skipped: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # the first error of each class that skipped shapes
     not_measured: dict[str, str] = field(default_factory=dict)
     measured: dict[str, int] = field(default_factory=dict)
 
@@ -63,11 +64,13 @@ def _timed(shapes: list[dict], budget_s: float, measure: Callable[[dict], float 
 
 
 def _guarded(call: Callable[[], float], run: ProbeRun, label: str, device: Device) -> float | None:
-    """`call()`, or None (counted as skipped) when the shape does not fit the device's memory."""
+    """`call()`, or None (counted as skipped, the first error kept) when the shape does not fit the
+    device's memory or its kernel refuses it."""
     try:
         return call()
-    except OUT_OF_MEMORY:
+    except KERNEL_ERRORS as exc:
         run.skipped[label] = run.skipped.get(label, 0) + 1
+        run.errors.setdefault(label, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
         if device.is_gpu:
             torch.cuda.empty_cache()
         return None
@@ -170,7 +173,7 @@ def run_probe(device: Device, plan: Plan, out: Path, budget_s: float, ranks: int
     record = {"probe": provenance(device, backends) | {"ranks": ranks},
               "run": {"models": list(plan.models), "budget_s": budget_s, "elapsed_s": round(time.monotonic() - start, 2),
                       "smoke": smoke,
-                      "rows": run.measured, "skipped_out_of_memory": run.skipped, "not_measured": run.not_measured},
+                      "rows": run.measured, "skipped": run.skipped, "first_errors": run.errors, "not_measured": run.not_measured},
               "layout": {"system": PROBE_SYSTEM, "engine": PROBE_ENGINE, "version": str(torch.__version__),
                          "latency": "milliseconds per layer and device (aiconfigurator-core's tables)"}}
     write_tables(out, run, record)
