@@ -86,3 +86,14 @@ def test_a_part_outside_the_catalog_plans_with_its_probed_rates(probed, tmp_path
                                        "workloads": [{"name": "chat", "input_tokens": 1024, "output_tokens": 128}]}))
     run = _estimate(tmp_path, "acme", str(problem))
     assert run["accelerator"] == "acme-x1-probed" and run["kernel_source"].startswith("planner probe")
+
+
+def test_the_budget_trims_shapes_never_below_eight():
+    from planner.probe.run import _timed
+
+    shapes = [{"m": i} for i in range(20)]
+    spent = _timed(shapes, 0.0, lambda s: 1e-6, lambda text: None, "gemm")  # a budget already spent: the first 8 still run
+    assert [s["m"] for s, _ in spent] == list(range(8))
+    assert len(_timed(shapes, 60.0, lambda s: 1e-6, lambda text: None, "gemm")) == 20
+    failing = _timed(shapes, 0.0, lambda s: None if s["m"] % 2 else 1e-6, lambda text: None, "gemm")  # skipped shapes do not count
+    assert [s["m"] for s, _ in failing] == [0, 2, 4, 6, 8, 10, 12, 14]
