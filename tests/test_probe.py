@@ -55,11 +55,12 @@ def _estimate(tmp_path: Path, name: str, *args: str) -> dict:
     return json.loads(path.read_text())
 
 
-def test_calibrated_probe_is_a_new_key_estimate_can_name(probed, tmp_path):
+def test_calibrated_probe_is_a_new_key_estimate_can_name(probed, tmp_path, capsys):
     shipped = _shipped_digest()
     catalog = tmp_path / "catalog"
     assert main(["calibrate", str(probed), "--out", str(catalog), "--accelerator", "h200-sxm"]) == 0
     assert _shipped_digest() == shipped
+    assert "decode step, probed h200-sxm-probed over shipped h200-sxm curves" in capsys.readouterr().out
     kernels = yaml.safe_load((catalog / "kernels.yaml").read_text())
     engine = kernels["accelerators"]["h200-sxm-probed"]["engines"]["vllm"]
     assert set(CLASSES) <= set(engine) and kernels["source"]["package"] == "planner probe"

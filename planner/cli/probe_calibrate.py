@@ -65,6 +65,21 @@ def _summary(record: dict, key: str, engine: str) -> Table:
     return table
 
 
+def _compare(console: Console, out: Path, base: str, key: str, models: list[str]) -> None:
+    """The decode step on the probed curves against the shipped ones, where the part has shipped curves and a rack."""
+    from planner.cli.probe_compare import compare_rows, compare_table
+    from planner.hardware.kernels import kernel_rates
+    from planner.hardware.user_catalog import with_user_catalog
+
+    hardware = with_user_catalog(load_hardware_catalog(), out)
+    shipped = next((r for r in hardware.racks.values() if r.accelerator.id == base), None)
+    probed = next((r for r in hardware.racks.values() if r.accelerator.id == key), None)
+    if shipped is None or probed is None or kernel_rates(base, DEFAULT_ENGINE) is None:
+        console.print(f"no shipped curves of {base} to compare with", markup=False)
+        return
+    console.print(compare_table(compare_rows(out, shipped, probed, models), key, base))
+
+
 def probe_calibrate_command(args: argparse.Namespace, console: Console) -> int:
     from planner.hardware.calibrate_probe import calibrate_probe, probe_record, write_user_catalog
 
@@ -84,6 +99,7 @@ def probe_calibrate_command(args: argparse.Namespace, console: Console) -> int:
     console.print(f"accelerator {key}: {base.name} with measured HBM fraction {spec.hbm_bandwidth_fraction} and compute fractions "
                   f"{ {str(k): v for k, v in (spec.compute_fraction or {}).items()} }", markup=False)
     console.print(f"racks: {', '.join(r.id for r in calibration.racks)}", markup=False)
+    _compare(console, out, base.id, key, [str(m) for m in probe_record(Path(args.tables)).get("run", {}).get("models", [])])
     console.print(f"wrote {kernels}, {out / 'hardware.yaml'} and {out / 'kernel_grids'}; use them with "
                   f"planner estimate --kernel-catalog {out} --rack {calibration.racks[0].id} ...", markup=False)
     return EXIT_OK
