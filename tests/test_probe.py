@@ -61,6 +61,8 @@ def test_calibrated_probe_is_a_new_key_estimate_can_name(probed, tmp_path, capsy
     assert main(["calibrate", str(probed), "--out", str(catalog), "--accelerator", "h200-sxm"]) == 0
     assert _shipped_digest() == shipped
     assert "decode step, probed h200-sxm-probed over shipped h200-sxm curves" in capsys.readouterr().out
+    assert main(["calibrate", str(probed), "--out", str(tmp_path / "other"), "--accelerator", "h200-sxm", "--name", "h100-sxm"]) == 2
+    assert "h100-sxm is an accelerator of the shipped catalog" in capsys.readouterr().err  # a shipped id is not a new key
     kernels = yaml.safe_load((catalog / "kernels.yaml").read_text())
     engine = kernels["accelerators"]["h200-sxm-probed"]["engines"]["vllm"]
     assert set(CLASSES) <= set(engine) and kernels["source"]["package"] == "planner probe"

@@ -91,6 +91,9 @@ def probe_calibrate_command(args: argparse.Namespace, console: Console) -> int:
     device = str(probe_record(Path(args.tables))["probe"].get("device"))
     base, racks = _base(args, device)
     key = args.name or f"{base.id}{PROBED_SUFFIX}"
+    if key in load_hardware_catalog().accelerators:
+        raise PlannerInputError(InputIssue("--name", f"{key} is an accelerator of the shipped catalog",
+                                           f"pick a new id, e.g. {base.id}{PROBED_SUFFIX} or one naming your machine"))
     engine = Engine(args.engine or DEFAULT_ENGINE)
     calibration = calibrate_probe(Path(args.tables), base, key, engine.value, racks, load_hardware_catalog())
     kernels = write_user_catalog(out, calibration)
