@@ -14,7 +14,12 @@ import yaml
 pd = pytest.importorskip("pandas", reason="calibrate needs pandas (the calibrate/test extras)")
 pytest.importorskip("pyarrow", reason="calibrate reads parquet tables (pyarrow)")
 
-from planner.hardware.calibrate_probe import calibrate_probe, match_accelerator, shipped_specs, write_user_catalog
+from planner.hardware.calibrate_probe import (
+    calibrate_probe,
+    match_accelerator,
+    shipped_specs,
+    write_user_catalog,
+)
 from planner.hardware.catalog import load_hardware_catalog
 from planner.hardware.kernels import kernel_rates
 from planner.hardware.user_catalog import with_user_catalog

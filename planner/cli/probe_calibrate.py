@@ -4,13 +4,18 @@
 import argparse
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from planner.cli.common import EXIT_OK
-from pydantic import ValidationError
-
-from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error, load_yaml_file, unknown_name_issue
+from planner.errors import (
+    InputIssue,
+    PlannerInputError,
+    issues_from_validation_error,
+    load_yaml_file,
+    unknown_name_issue,
+)
 from planner.hardware.catalog import load_hardware_catalog
 from planner.hardware.specs import AcceleratorSpec, RackSpec
 from planner.modes import Engine
@@ -81,7 +86,11 @@ def _compare(console: Console, out: Path, base: str, key: str, models: list[str]
 
 
 def probe_calibrate_command(args: argparse.Namespace, console: Console) -> int:
-    from planner.hardware.calibrate_probe import calibrate_probe, probe_record, write_user_catalog
+    from planner.hardware.calibrate_probe import (
+        calibrate_probe,
+        probe_record,
+        write_user_catalog,
+    )
 
     if not getattr(args, "output", None):
         raise PlannerInputError(InputIssue("--out", "no user catalog directory given", "pass --out DIR (a new directory of yours)"))

@@ -18,8 +18,19 @@ from planner.physics.stages import ACTIVATION_BYTES_PER_WIDTH, ADD_NORM_BYTES_PE
 from planner.probe.shapes import MLA_LATENT, MLA_QK, MLA_ROPE, MLA_V
 from planner.probe.timing import Device
 
-__all__ = ["attention_backend", "elementwise_bytes", "expert_gemm_s", "fp8_dtype", "gemm_s", "gqa_decode_s", "gqa_prefill_s", "hbm_copy_s",
-           "elementwise_s", "mla_decode_s", "mla_prefill_s"]
+__all__ = [
+    "attention_backend",
+    "elementwise_bytes",
+    "elementwise_s",
+    "expert_gemm_s",
+    "fp8_dtype",
+    "gemm_s",
+    "gqa_decode_s",
+    "gqa_prefill_s",
+    "hbm_copy_s",
+    "mla_decode_s",
+    "mla_prefill_s",
+]
 
 BF16 = torch.bfloat16
 NORM_EPS = 1e-6

@@ -84,7 +84,7 @@ def _gemm(device: Device, plan: Plan, run: ProbeRun, budget_s: float, progress) 
     else:
         run.not_measured["gemm fp8"] = "no fp8 GEMM on this device (torch._scaled_mm)"
     for name, dtype in formats.items():
-        measure = lambda s: _guarded(lambda: kernels.gemm_s(device, s["m"], s["n"], s["k"], dtype), run, f"gemm {name}", device)
+        measure = lambda s, name=name, dtype=dtype: _guarded(lambda: kernels.gemm_s(device, s["m"], s["n"], s["k"], dtype), run, f"gemm {name}", device)
         for shape, latency_s in _timed(plan.shapes["gemm"], budget_s / len(formats), measure, progress, f"gemm {name}"):
             run.add("gemm", "gemm_perf.parquet", {"gemm_dtype": name, **shape, "latency": latency_s / MS})
 

@@ -83,11 +83,11 @@ class _Scale:
         self.smoke = smoke
 
     def width(self, value: float) -> int:
-        value = int(round(value))
+        value = round(value)
         return max(SMOKE_MIN_WIDTH, value // SMOKE_DIVISOR) if self.smoke else value
 
     def heads(self, value: float) -> int:
-        return max(1, int(round(value)) // (16 if self.smoke else 1))
+        return max(1, round(value) // (16 if self.smoke else 1))
 
     def pick(self, full: tuple, smoke: tuple) -> tuple:
         return smoke if self.smoke else full
