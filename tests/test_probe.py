@@ -100,3 +100,12 @@ def test_the_budget_trims_shapes_never_below_eight():
     assert len(_timed(shapes, 60.0, lambda s: 1e-6, lambda text: None, "gemm")) == 20
     failing = _timed(shapes, 0.0, lambda s: None if s["m"] % 2 else 1e-6, lambda text: None, "gemm")  # skipped shapes do not count
     assert [s["m"] for s, _ in failing] == [0, 2, 4, 6, 8, 10, 12, 14]
+
+
+def test_the_time_left_goes_to_the_classes_still_waiting():
+    from planner.probe.run import Budget
+
+    budget = Budget(12.0, {"a": 1.0, "b": 2.0, "c": 3.0})
+    assert budget["a"] == pytest.approx(2.0, rel=1e-3)  # 12 s x 1 / 6
+    assert budget["c"] == pytest.approx(7.2, rel=1e-3)  # a spent nothing: 12 s x 3 / 5
+    assert budget["b"] == pytest.approx(12.0, rel=1e-3)  # all that is left

@@ -3,8 +3,9 @@ budget (kernels.py, collectives.py), written as kernel tables in aiconfigurator-
 and column names (milliseconds per layer and GPU) under `<out>/probe/<family>/torch/<torch version>/`,
 with `<out>/probe.yaml` recording the machine and the run (provenance.py).
 
-The budget is shared among the classes by weight. A class measures its shapes coarse to fine and
-stops when its share is spent, but never before MIN_SHAPES: the budget trims shapes, never classes.
+The time left is shared among the classes not yet measured, by weight. A class measures its shapes
+coarse to fine and stops when its share is spent, but never before MIN_SHAPES: the budget trims
+shapes, never classes.
 Two tables are the probe's own (aiconfigurator has none): elementwise/.../elementwise_perf.parquet
 (op, num_tokens, width, bytes, latency) and mem/.../mem_perf.parquet (op, bytes, bytes_moved, latency)."""
 
@@ -24,7 +25,7 @@ from planner.probe.shapes import Plan
 from planner.probe.timing import Device
 from planner.units import MS
 
-__all__ = ["CLASS_WEIGHTS", "MIN_SHAPES", "PROBE_ENGINE", "PROBE_FILE", "PROBE_SYSTEM", "ProbeRun", "run_probe"]
+__all__ = ["CLASS_WEIGHTS", "MIN_SHAPES", "PROBE_ENGINE", "PROBE_FILE", "PROBE_SYSTEM", "Budget", "ProbeRun", "run_probe"]
 
 PROBE_SYSTEM = "probe"  # the system directory the tables go under (calibrate reads it like an aiconfigurator system)
 PROBE_ENGINE = "torch"  # the engine directory: the kernels are PyTorch's (and flash-attn's where used)
@@ -96,7 +97,7 @@ def _moe(device: Device, plan: Plan, run: ProbeRun, budget_s: float, progress) -
                                             "latency": latency_s / MS})
 
 
-def _attention(device: Device, plan: Plan, run: ProbeRun, budgets: dict[str, float], progress) -> None:
+def _attention(device: Device, plan: Plan, run: ProbeRun, budgets: "Budget", progress) -> None:
     backend = kernels.attention_backend(device)
     kv = {"kv_cache_dtype": "bfloat16", "window_size": 0}
     jobs = (
@@ -115,7 +116,7 @@ def _attention(device: Device, plan: Plan, run: ProbeRun, budgets: dict[str, flo
             run.add(family, name, fixed | shape | {"latency": latency_s / MS})
 
 
-def _memory(device: Device, plan: Plan, run: ProbeRun, budgets: dict[str, float], progress) -> None:
+def _memory(device: Device, plan: Plan, run: ProbeRun, budgets: "Budget", progress) -> None:
     measure = lambda s: _guarded(lambda: kernels.elementwise_s(device, **s), run, "elementwise", device)
     for shape, latency_s in _timed(plan.shapes["elementwise"], budgets["elementwise"], measure, progress, "elementwise"):
         run.add("elementwise", "elementwise_perf.parquet", {**shape, "dtype": "bfloat16", "bytes": kernels.elementwise_bytes(**shape),
@@ -136,10 +137,26 @@ def _collectives(device: Device, plan: Plan, run: ProbeRun, ranks: int, progress
                                               "message_size": row["message_size"], "latency": row["latency_s"] / MS})
 
 
+class Budget:
+    """The time left, shared among the classes not yet measured by CLASS_WEIGHTS: a class that ends
+    early leaves its time to the ones after it."""
+
+    def __init__(self, budget_s: float, weights: dict[str, float]):
+        self.deadline = time.monotonic() + budget_s
+        self.weights = dict(weights)
+
+    def __getitem__(self, name: str) -> float:
+        """The share of class `name` (taken when it starts; it is then no longer waiting)."""
+        left = max(0.0, self.deadline - time.monotonic())
+        share = left * self.weights[name] / sum(self.weights.values())
+        del self.weights[name]
+        return share
+
+
 def measure_all(device: Device, plan: Plan, budget_s: float, ranks: int, progress: Callable[[str], None]) -> ProbeRun:
-    """Every class of `plan` on `device`, the budget shared by CLASS_WEIGHTS."""
-    total = sum(CLASS_WEIGHTS.values())
-    budgets = {name: budget_s * weight / total for name, weight in CLASS_WEIGHTS.items()}
+    """Every class of `plan` on `device`, within `budget_s` (trimming shapes, never classes)."""
+    weights = {k: w for k, w in CLASS_WEIGHTS.items() if k != "collectives" or ranks > 1}
+    budgets = Budget(budget_s, weights)
     run = ProbeRun()
     with torch.inference_mode():
         _gemm(device, plan, run, budgets["gemm"], progress)
