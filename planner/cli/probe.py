@@ -60,7 +60,8 @@ def probe_command(args: argparse.Namespace, console: Console) -> int:
         import torch
     except ImportError:
         raise PlannerInputError(NEEDS) from None
-    from planner.probe.run import PROBE_FILE, run_probe
+    from planner.hardware.probe_layout import PROBE_FILE
+    from planner.probe.run import run_probe
     from planner.probe.shapes import REFERENCE_MODELS, plan_shapes
     from planner.probe.timing import open_device
 

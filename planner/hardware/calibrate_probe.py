@@ -21,17 +21,15 @@ from planner.hardware.calibrate_fits import fit_alpha_rate, round_sig
 from planner.hardware.calibrate_io import write_kernel_catalog
 from planner.hardware.catalog import HardwareCatalog
 from planner.hardware.kernel_grids import Grid, GridSet
+from planner.hardware.probe_layout import PROBE_ENGINE, PROBE_FILE, PROBE_SYSTEM
 from planner.hardware.specs import AcceleratorSpec, RackSpec
 from planner.hardware.user_catalog import HARDWARE_FILE
 from planner.paths import data_dir
 from planner.units import MS
 
-__all__ = ["PROBE_FILE", "PROBE_SYSTEM", "ProbeCalibration", "calibrate_probe", "match_accelerator", "probe_record", "shipped_specs",
+__all__ = ["ProbeCalibration", "calibrate_probe", "match_accelerator", "probe_record", "shipped_specs",
            "write_user_catalog"]
 
-PROBE_FILE = "probe.yaml"  # written by planner/probe/run.py, which names the same layout
-PROBE_SYSTEM = "probe"
-PROBE_ENGINE = "torch"
 MAX_FRACTION = 1.0  # a measured fraction above the datasheet peak is held at the peak
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 import yaml
 
+from planner.hardware.probe_layout import PROBE_ENGINE, PROBE_FILE, PROBE_SYSTEM
 from planner.probe import kernels
 from planner.probe.collectives import collective_rows
 from planner.probe.provenance import provenance
@@ -25,11 +26,8 @@ from planner.probe.shapes import Plan
 from planner.probe.timing import Device
 from planner.units import MS
 
-__all__ = ["CLASS_WEIGHTS", "MIN_SHAPES", "PROBE_ENGINE", "PROBE_FILE", "PROBE_SYSTEM", "Budget", "ProbeRun", "run_probe"]
+__all__ = ["CLASS_WEIGHTS", "MIN_SHAPES", "Budget", "ProbeRun", "run_probe"]
 
-PROBE_SYSTEM = "probe"  # the system directory the tables go under (calibrate reads it like an aiconfigurator system)
-PROBE_ENGINE = "torch"  # the engine directory: the kernels are PyTorch's (and flash-attn's where used)
-PROBE_FILE = "probe.yaml"
 MIN_SHAPES = 8  # calibrate fits a table of at least 8 shapes (collectives: 4 sizes)
 CLASS_WEIGHTS = {"gemm": 4.0, "moe": 1.5, "attention_decode": 1.5, "attention_prefill": 1.0, "mla_decode": 1.0, "mla_prefill": 1.0,
                  "elementwise": 0.5, "hbm": 0.5, "collectives": 1.0}
