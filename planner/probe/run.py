@@ -97,11 +97,11 @@ def _moe(device: Device, plan: Plan, run: ProbeRun, budget_s: float, progress) -
 
 def _attention(device: Device, plan: Plan, run: ProbeRun, budgets: "Budget", progress) -> None:
     backend = kernels.attention_backend(device)
-    kv = {"kv_cache_dtype": "bfloat16", "window_size": 0}
+    kv = {"attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "window_size": 0}
     jobs = (
         ("attention_decode", "attention", "generation_attention_perf.parquet", kv | {"kernel_source": backend},
          lambda s: kernels.gqa_decode_s(device, backend, **s)),
-        ("attention_prefill", "attention", "context_attention_perf.parquet", kv | {"attn_dtype": "bfloat16", "kernel_source": backend},
+        ("attention_prefill", "attention", "context_attention_perf.parquet", kv | {"kernel_source": backend},
          lambda s: kernels.gqa_prefill_s(device, backend, **s)),
         ("mla_decode", "mla", "generation_mla_perf.parquet", {"kv_cache_dtype": "bfloat16", "kernel_source": "torch-bmm"},
          lambda s: kernels.mla_decode_s(device, **s)),
@@ -173,7 +173,10 @@ def write_tables(out: Path, run: ProbeRun, record: dict) -> Path:
         engine = "nccl" if family == "comm" else PROBE_ENGINE
         folder = out / PROBE_SYSTEM / family / engine / version
         folder.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame(rows).to_parquet(folder / name, index=False)
+        frame = pd.DataFrame(rows)
+        for i, (column, value) in enumerate((("framework", "PyTorch"), ("version", version), ("device", str(record["probe"]["device"])))):
+            frame.insert(i, column, value)  # the leading columns of aiconfigurator's tables
+        frame.to_parquet(folder / name, index=False)
     path = out / PROBE_FILE
     path.write_text(yaml.safe_dump(record, sort_keys=False, width=200))
     return path
