@@ -14,6 +14,7 @@ import yaml
 pytest.importorskip("torch", reason="planner probe needs PyTorch: .ci/run installs the CPU build (pip install torch==2.13.0)")
 pytest.importorskip("pandas", reason="the probe writes parquet tables (pandas, pyarrow)")
 pytest.importorskip("pyarrow", reason="the probe writes parquet tables (pandas, pyarrow)")
+pd = pytest.importorskip("pandas")
 
 from planner.cli.main import main
 from planner.paths import data_dir
@@ -33,17 +34,30 @@ def _shipped_digest() -> str:
     return hashlib.sha256((data_dir("topologies") / "kernels.yaml").read_bytes()).hexdigest()
 
 
+QWEN3_MOE = {  # a config.json: Qwen3-30B-A3B's shapes (128 experts of 768, 8 per token, hidden 2048)
+    "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048, "vocab_size": 151936, "head_dim": 128,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "intermediate_size": 6144, "moe_intermediate_size": 768,
+    "num_experts": 128, "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "max_position_embeddings": 40960, "tie_word_embeddings": False,
+}
+
+
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("probe")
-    assert main(["probe", "llama-3.1-8b", "--smoke", "--out", str(out), "--budget-s", "2"]) == 0
+    config = tmp_path_factory.mktemp("models") / "qwen3-moe.json"
+    config.write_text(json.dumps(QWEN3_MOE))
+    assert main(["probe", "llama-3.1-8b", str(config), "--smoke", "--out", str(out), "--budget-s", "2"]) == 0
     return out
 
 
 def test_smoke_probe_measures_every_class_and_records_the_machine(probed):
     record = yaml.safe_load((probed / "probe.yaml").read_text())
     assert record["probe"]["device_type"] == "cpu" and record["probe"]["libraries"]["torch"].startswith("2.")
-    assert record["run"]["smoke"] is True and record["run"]["models"] == ["llama-3.1-8b"]
+    assert record["run"]["smoke"] is True and record["run"]["models"] == ["llama-3.1-8b", "qwen3-moe"]
+    experts = pd.read_parquet(next((probed / "probe" / "moe").rglob("moe_perf.parquet")))
+    # the config's experts, not the reference model's: smoke widths are /64 (2048 -> 32, 768 -> 12), experts /8 (128 -> 16)
+    assert set(experts["hidden_size"]) == {32} and set(experts["inter_size"]) == {12} and set(experts["num_experts"]) == {16}
     for table in TABLES:  # calibrate fits a kernel table of 8 shapes or more, a copy or elementwise table of 4
         assert record["run"]["rows"][table] >= (4 if table.startswith(("mem", "elementwise")) else 8), table
     assert "collectives" in record["run"]["not_measured"]  # one CPU process: nothing to communicate with
