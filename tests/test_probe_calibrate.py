@@ -77,6 +77,8 @@ def _probe_dir(root: Path) -> Path:
     _write(root, "comm", "nccl_perf.parquet", pd.DataFrame(
         {"nccl_dtype": "half", "op_name": "all_reduce", "num_gpus": 2, "message_size": elements,
          "latency": (ALL_REDUCE_ALPHA_S + 2 * elements / ALL_REDUCE_BUS) * 1e3}), engine="nccl")
+    _write(root, "step", "decode_step_perf.parquet", pd.DataFrame({"model": ["llama-3.1-8b"], "batch_size": [16], "context": [4096],
+                                                                   "kernel_source": ["cuda-graph"], "latency": [9.5]}))
     (root / "probe.yaml").write_text(yaml.safe_dump({"probe": {
         "device": "NVIDIA H200", "device_type": "cuda", "device_count": 2, "ranks": 2, "date": "2026-11-26T00:00:00+00:00",
         "libraries": {"torch": VERSION}, "runtime": "13.0", "driver_and_clocks": {"driver_version": "580.00", "clocks.max.sm": "1980 MHz"},
@@ -149,3 +151,10 @@ def test_the_user_catalog_is_what_the_step_model_reads(calibrated):
     assert float(time.memory_s) == pytest.approx(1e-3, rel=1e-3)
     assert float(time.fixed_s) == pytest.approx(20e-6, rel=1e-3)
     assert kernel_rates("lab-h200", Engine.TRTLLM) is None  # the shipped catalog does not know it
+
+
+def test_the_measured_decode_steps_are_read_back_in_seconds(tmp_path_factory):
+    from planner.cli.probe_compare import measured_points
+
+    root = _probe_dir(tmp_path_factory.mktemp("again"))
+    assert measured_points(root) == [("llama-3.1-8b", 1, 16, 4096, pytest.approx(9.5e-3))]  # 9.5 ms at tensor parallelism 1

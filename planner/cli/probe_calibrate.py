@@ -18,6 +18,7 @@ from planner.errors import (
 )
 from planner.hardware.catalog import load_hardware_catalog
 from planner.hardware.specs import AcceleratorSpec, RackSpec
+from planner.model.catalog import load_model_catalog
 from planner.modes import Engine
 from planner.paths import data_dir
 
@@ -70,9 +71,17 @@ def _summary(record: dict, key: str, engine: str) -> Table:
     return table
 
 
-def _compare(console: Console, out: Path, base: str, key: str, models: list[str]) -> None:
-    """The decode step on the probed curves against the shipped ones, where the part has shipped curves and a rack."""
-    from planner.cli.probe_compare import compare_rows, compare_table
+def _compare(console: Console, out: Path, probe_dir: Path, base: str, key: str) -> None:
+    """The decode step on the probed curves against the shipped ones, where the part has shipped curves and a rack:
+    at the whole steps the probe measured (not in a smoke run), else at a few batches of each dense model probed."""
+    from planner.cli.probe_compare import (
+        compare_rows,
+        compare_table,
+        default_points,
+        first_fitting,
+        measured_points,
+    )
+    from planner.hardware.calibrate_probe import probe_record
     from planner.hardware.kernels import kernel_rates
     from planner.hardware.user_catalog import with_user_catalog
 
@@ -82,7 +91,14 @@ def _compare(console: Console, out: Path, base: str, key: str, models: list[str]
     if shipped is None or probed is None or kernel_rates(base, DEFAULT_ENGINE) is None:
         console.print(f"no shipped curves of {base} to compare with", markup=False)
         return
-    console.print(compare_table(compare_rows(out, shipped, probed, models), key, base))
+    run = probe_record(probe_dir).get("run", {})
+    models = load_model_catalog()
+    measured = [] if run.get("smoke") else [p for p in measured_points(probe_dir) if p[0] in models]
+    if measured:
+        rows = compare_rows(out, shipped, probed, measured)
+    else:
+        rows = first_fitting(out, shipped, probed, default_points([str(m) for m in run.get("models", [])], shipped.n_accelerators))
+    console.print(compare_table(rows, key, base))
 
 
 def probe_calibrate_command(args: argparse.Namespace, console: Console) -> int:
@@ -111,7 +127,7 @@ def probe_calibrate_command(args: argparse.Namespace, console: Console) -> int:
     console.print(f"accelerator {key}: {base.name} with measured HBM fraction {spec.hbm_bandwidth_fraction} and compute fractions "
                   f"{ {str(k): v for k, v in (spec.compute_fraction or {}).items()} }", markup=False)
     console.print(f"racks: {', '.join(r.id for r in calibration.racks)}", markup=False)
-    _compare(console, out, base.id, key, [str(m) for m in probe_record(Path(args.tables)).get("run", {}).get("models", [])])
+    _compare(console, out, Path(args.tables), base.id, key)
     console.print(f"wrote {kernels}, {out / 'hardware.yaml'} and {out / 'kernel_grids'}; use them with "
                   f"planner estimate --kernel-catalog {out} --rack {calibration.racks[0].id} ...", markup=False)
     return EXIT_OK

@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from planner.hardware.probe_layout import PROBE_ENGINE, PROBE_FILE, PROBE_SYSTEM
-from planner.probe import kernels
+from planner.probe import decode_step, kernels
 from planner.probe.collectives import collective_rows
 from planner.probe.provenance import provenance
 from planner.probe.shapes import Plan
@@ -30,7 +30,7 @@ __all__ = ["CLASS_WEIGHTS", "MIN_SHAPES", "Budget", "ProbeRun", "run_probe"]
 
 MIN_SHAPES = 8  # calibrate fits a table of at least 8 shapes (collectives: 4 sizes)
 CLASS_WEIGHTS = {"gemm": 4.0, "moe": 1.5, "attention_decode": 1.5, "attention_prefill": 1.0, "mla_decode": 1.0, "mla_prefill": 1.0,
-                 "elementwise": 0.5, "hbm": 0.5, "collectives": 1.0}
+                 "elementwise": 0.5, "hbm": 0.5, "decode_step": 0.5, "collectives": 1.0}
 KERNEL_ERRORS = (RuntimeError, ValueError)  # out of memory (a RuntimeError), or a shape or format the device's kernel refuses
 
 
@@ -124,6 +124,26 @@ def _memory(device: Device, plan: Plan, run: ProbeRun, budgets: "Budget", progre
         run.add("mem", "mem_perf.parquet", {"op": "copy", "bytes": shape["bytes"], "bytes_moved": 2 * shape["bytes"], "latency": latency_s / MS})
 
 
+def _decode_steps(device: Device, plan: Plan, run: ProbeRun, budget_s: float, progress) -> None:
+    """Whole decode steps of the dense models (a check of the kernels' sum, not fitted), model by model."""
+    models: dict[str, object] = {}
+
+    def measure(shape: dict) -> float | None:
+        dims = {k: v for k, v in shape.items() if k not in ("batch_size", "context")}
+        if shape["model"] not in models:
+            models.clear()  # one model's weights on the device at a time
+            if device.is_gpu:
+                torch.cuda.empty_cache()
+            models[shape["model"]] = _guarded(lambda: decode_step.build_step_model(device, dims), run, "decode_step", device)
+        model = models[shape["model"]]
+        return None if model is None else _guarded(lambda: decode_step.decode_step_s(device, model, shape["batch_size"], shape["context"]),
+                                                   run, "decode_step", device)
+
+    source = "cuda-graph" if device.is_gpu else "eager"
+    for shape, latency_s in _timed(plan.shapes["decode_step"], budget_s, measure, progress, "decode step"):
+        run.add("step", "decode_step_perf.parquet", shape | {"kernel_source": source, "latency": latency_s / MS})
+
+
 def _collectives(device: Device, plan: Plan, run: ProbeRun, ranks: int, progress) -> None:
     if ranks < 2:
         run.not_measured["collectives"] = "one device: collectives need two or more (on a CPU, --ranks 2 runs them over gloo)"
@@ -161,6 +181,7 @@ def measure_all(device: Device, plan: Plan, budget_s: float, ranks: int, progres
         _moe(device, plan, run, budgets["moe"], progress)
         _attention(device, plan, run, budgets, progress)
         _memory(device, plan, run, budgets, progress)
+        _decode_steps(device, plan, run, budgets["decode_step"], progress)
     _collectives(device, plan, run, ranks, progress)
     run.measured = {f"{family}/{name}": len(rows) for (family, name), rows in run.tables.items()}
     return run

@@ -16,7 +16,8 @@ from planner.physics.stages import gemm_shapes
 
 __all__ = ["CLASSES", "Plan", "coarse_to_fine", "plan_shapes"]
 
-CLASSES = ("gemm", "moe", "attention_decode", "attention_prefill", "mla_decode", "mla_prefill", "elementwise", "hbm", "collectives")
+CLASSES = ("gemm", "moe", "attention_decode", "attention_prefill", "mla_decode", "mla_prefill", "elementwise", "hbm", "collectives",
+           "decode_step")
 TENSOR_PARALLEL = (1, 2, 4, 8)
 GEMM_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 TOKENS_PER_EXPERT = (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -32,6 +33,11 @@ MLA_LATENT, MLA_ROPE = 512, 64  # DeepSeek's cached latent and shared rope key p
 MLA_QK, MLA_V = 192, 128  # DeepSeek's prefill query/key and value head dims
 BF16_BYTES = 2
 REFERENCE_MODELS = {"mla": "deepseek-v3", "gqa": "llama-3.1-8b"}  # MLA and routed experts, GQA, when no model given has them
+
+STEP_BATCHES = (1, 16, 64)  # a dense model's whole decode step, measured to check the sum of its kernels
+STEP_CONTEXTS = (1024, 4096)
+STEP_CAP_BYTES = 60 * 2**30  # weights and KV cache of a measured step stay under this (fits an 80 GB GPU)
+SMOKE_STEP_LAYERS = 2
 
 SMOKE_DIVISOR = 64  # --smoke: widths divided by this (at least SMOKE_MIN_WIDTH)...
 SMOKE_MIN_WIDTH = 8
@@ -159,6 +165,27 @@ def _elementwise(archs: list[ModelArch], s: _Scale) -> list[dict]:
                           for t in s.pick(ELEMENTWISE_TOKENS, SMOKE_ROWS))
 
 
+def _decode_steps(archs: list[ModelArch], s: _Scale) -> list[dict]:
+    """A decode step of each dense, full-attention GQA model whose bf16 weights and KV cache fit
+    STEP_CAP_BYTES on one device (the model's dims, then batch and context)."""
+    rows = []
+    for a in archs:
+        if a.is_moe or a.attention.kind is not AttentionKind.GQA or any(w is not None for w in a.layer_window_tokens):
+            continue
+        att = a.attention
+        dims = {"model": a.id, "num_layers": SMOKE_STEP_LAYERS if s.smoke else a.n_layers, "hidden_size": s.width(a.hidden_size),
+                "num_heads": s.heads(att.n_heads), "num_key_value_heads": s.heads(att.n_kv_heads), "head_dim": att.head_dim // (2 if s.smoke else 1),
+                "inter_size": s.width(a.dense_intermediate_size), "vocab_size": s.width(a.vocab_size)}
+        q, kv = dims["num_heads"] * dims["head_dim"], dims["num_key_value_heads"] * dims["head_dim"]
+        per_layer = dims["hidden_size"] * (2 * q + 2 * kv + 3 * dims["inter_size"])
+        weights = BF16_BYTES * (dims["num_layers"] * per_layer + dims["vocab_size"] * dims["hidden_size"])
+        for batch in s.pick(STEP_BATCHES, SMOKE_BATCH):
+            for context in s.pick(STEP_CONTEXTS, SMOKE_LENGTHS[:2]):
+                if weights + dims["num_layers"] * batch * context * 2 * kv * BF16_BYTES <= STEP_CAP_BYTES:
+                    rows.append(dims | {"batch_size": batch, "context": context})
+    return rows
+
+
 def plan_shapes(archs: list[ModelArch], references: dict[str, ModelArch], smoke: bool) -> Plan:
     """Every class's shapes for `archs`; `references["mla"]` stands in for MLA and experts, `references["gqa"]`
     for grouped-query attention, where none of `archs` has them."""
@@ -171,5 +198,6 @@ def plan_shapes(archs: list[ModelArch], references: dict[str, ModelArch], smoke:
     shapes = {"gemm": _gemm(archs, s), "moe": _moe(moe, s), "attention_decode": decode, "attention_prefill": prefill,
               "mla_decode": mla_decode, "mla_prefill": mla_prefill, "elementwise": _elementwise(archs, s),
               "hbm": coarse_to_fine({"bytes": b} for b in s.pick(HBM_BYTES, SMOKE_BYTES)),
-              "collectives": coarse_to_fine({"message_size": e} for e in s.pick(COLLECTIVE_ELEMENTS, SMOKE_ELEMENTS))}
+              "collectives": coarse_to_fine({"message_size": e} for e in s.pick(COLLECTIVE_ELEMENTS, SMOKE_ELEMENTS)),
+              "decode_step": _decode_steps(archs or [references["gqa"]], s) or _decode_steps([references["gqa"]], s)}
     return Plan(shapes, tuple(a.id for a in archs))
