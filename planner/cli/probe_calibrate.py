@@ -120,7 +120,10 @@ def probe_calibrate_command(args: argparse.Namespace, console: Console) -> int:
         raise PlannerInputError(InputIssue("--name", f"{key} is an accelerator of the shipped catalog",
                                            f"pick a new id, e.g. {base.id}{PROBED_SUFFIX} or one naming your machine"))
     engine = Engine(args.engine or DEFAULT_ENGINE)
-    calibration = calibrate_probe(Path(args.tables), base, key, engine.value, racks, load_hardware_catalog())
+    try:
+        calibration = calibrate_probe(Path(args.tables), base, key, engine.value, racks, load_hardware_catalog())
+    except ValidationError as exc:  # an id that is not a catalog id (lowercase kebab-case)
+        raise PlannerInputError(issues_from_validation_error(exc, "--name")) from None
     kernels = write_user_catalog(out, calibration)
     console.print(_summary(calibration.record, key, engine.value))
     spec = calibration.accelerator
