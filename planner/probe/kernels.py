@@ -42,17 +42,20 @@ def attention_backend(device: Device) -> str:
 
 
 def fp8_dtype(device: Device) -> torch.dtype | None:
-    """The fp8 format this device's `torch._scaled_mm` runs (e4m3, or e4m3fnuz on ROCm), None without fp8 GEMMs."""
+    """The fp8 format this device's `torch._scaled_mm` runs (OCP e4m3; on ROCm also MI300's e4m3fnuz),
+    None without fp8 GEMMs."""
     if not device.is_gpu or not hasattr(torch, "_scaled_mm"):
         return None
-    dtype = torch.float8_e4m3fnuz if torch.version.hip else torch.float8_e4m3fn
-    try:
-        a = torch.zeros(16, 16, device=device.torch_device).to(dtype)
-        one = torch.ones((), device=device.torch_device)
-        torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=BF16)
-    except (RuntimeError, TypeError):
-        return None
-    return dtype
+    candidates = (torch.float8_e4m3fn, torch.float8_e4m3fnuz) if torch.version.hip else (torch.float8_e4m3fn,)
+    one = torch.ones((), device=device.torch_device)
+    for dtype in candidates:
+        try:
+            a = torch.zeros(16, 16, device=device.torch_device).to(dtype)
+            torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=BF16)
+        except (RuntimeError, TypeError):
+            continue
+        return dtype
+    return None
 
 
 def gemm_s(device: Device, m: int, n: int, k: int, fp8: torch.dtype | None = None) -> float:
