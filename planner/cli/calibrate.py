@@ -109,6 +109,12 @@ def calibrate_command(args: argparse.Namespace, console: Console) -> int:
     args.systems: aiconfigurator systems or planner accelerator ids (default: every calibrated one);
     args.engines (optional): engines to fit (default trtllm, sglang, vllm)."""
     _require_extras()
+    from planner.hardware.probe_layout import PROBE_FILE
+
+    if (Path(args.tables) / PROBE_FILE).is_file():
+        from planner.cli.probe_calibrate import probe_calibrate_command
+
+        return probe_calibrate_command(args, console)
     from planner.hardware.calibrate import (
         ENGINES,
         SYSTEM_ACCELERATORS,

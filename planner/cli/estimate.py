@@ -2,6 +2,7 @@
 
 import argparse
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.console import Console
 
@@ -15,6 +16,7 @@ from pydantic import ValidationError
 
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.hardware.catalog import HardwareCatalog, load_hardware_catalog
+from planner.hardware.user_catalog import with_user_catalog
 from planner.model.catalog import load_model_catalog
 from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
 from planner.output.report import estimate_record, render_estimate
@@ -98,6 +100,8 @@ def _speculation(args: argparse.Namespace, arch, request: SpeculativeRequest | N
 
 def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
     d = _defaults(args)
+    if getattr(args, "kernel_catalog", None):
+        d.hardware = with_user_catalog(d.hardware, Path(args.kernel_catalog))
     hardware, arch, spec, rack_id, isl, osl, cache_request = d.hardware, d.arch, d.spec, d.rack_id, d.isl, d.osl, d.cache_request
     models = load_model_catalog()
     issues = []

@@ -29,6 +29,7 @@ from planner.modes import (
     StepModel,
 )
 from planner.precision import FlopsFormat, Precision
+from planner.units import SECONDS_PER_HOUR
 
 __all__ = ["acceptance_rates", "bounded", "build_parser", "positive", "rl_factor"]
 
@@ -76,6 +77,22 @@ def rl_factor(text: str) -> float:
     return value
 
 
+def _add_probe(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("probe", help="measure the step model's kernels on this machine and write kernel tables for calibrate",
+                       description="Time dense and expert GEMMs, decode and prefill attention (GQA and MLA), elementwise work, HBM "
+                                   "copies and (with several GPUs) collectives at the shapes of the models named, within a time budget, "
+                                   "and write them as kernel tables with a record of the machine (probe.yaml). "
+                                   "Needs PyTorch: pip install 'llm-deployment-planner[probe]'.")
+    p.add_argument("models", nargs="+", help="catalog model ids or config.json files whose shapes are measured")
+    p.add_argument("-o", "--out", required=True, help="directory for probe.yaml and the tables")
+    p.add_argument("--budget-s", type=positive(float, SECONDS_PER_HOUR), default=180.0, help="time budget in seconds; trims shapes, never kernel classes (default 180)")
+    p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, a few seconds: checks the whole path, measures nothing useful")
+    p.add_argument("--ranks", type=bounded(int, 1, 64), help="processes for the collectives (default: every GPU; 1 on a CPU)")
+    p.add_argument("--warmup", type=bounded(int, 0, 100), default=3, help="untimed calls before each shape (default 3)")
+    p.add_argument("--iterations", type=bounded(int, 1, 1000), default=10, help="timed calls per shape, their median kept (default 10)")
+    p.set_defaults(handler="planner.cli.probe:probe_command")
+
+
 def _add_estimate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimate", help="evaluate one fixed deployment and show its roofline breakdown",
                        description="Evaluate one replica: step-time terms, TPOT, TTFT, HBM use and cost. "
@@ -84,6 +101,8 @@ def _add_estimate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", help="workload of the problem to use (default: the first)")
     p.add_argument("--model", help="model id, e.g. llama-3.1-70b")
     p.add_argument("--rack", help="rack / scale-up unit id, e.g. hgx-h100")
+    p.add_argument("--kernel-catalog", metavar="DIR", help="a user catalog (`planner calibrate <probe dir> --out DIR`): its probed "
+                   "accelerators, racks and kernel curves added to the catalog")
     p.add_argument("--tp", type=bounded(int, 1, MAX_PARALLEL_DEGREE), default=1, help="tensor-parallel degree of attention and dense weights")
     p.add_argument("--ep", type=bounded(int, 1, MAX_PARALLEL_DEGREE), default=1, help="expert-parallel degree")
     p.add_argument("--pp", type=bounded(int, 1, MAX_PARALLEL_DEGREE), default=1, help="pipeline stages")
@@ -269,11 +288,19 @@ def build_parser() -> argparse.ArgumentParser:
                                      "wheel file) and write the curves and correction grids the calibrated step model uses "
                                      "(kernels.yaml and kernel_grids/ next to it), with each kernel class's leave-one-out error. "
                                      "Needs the optional extra: pip install 'llm-deployment-planner[calibrate]'.")
-    cal.add_argument("tables", help="aiconfigurator_core/systems/data directory, an unpacked wheel, or the .whl file")
-    cal.add_argument("-o", "--output", default="topologies/kernels.yaml", help="where to write the curves; the grids go to kernel_grids/ beside it (default topologies/kernels.yaml)")
+    cal.add_argument("tables", help="aiconfigurator_core/systems/data directory, an unpacked wheel, the .whl file, or a `planner probe` directory")
+    cal.add_argument("-o", "--output", "--out", help="where to write the curves; the grids go to kernel_grids/ beside it (default "
+                     "topologies/kernels.yaml); for a probe directory: the user catalog directory to write (required)")
     cal.add_argument("--systems", nargs="+", help="only these systems (h100_sxm or h100-sxm; default all six)")
     cal.add_argument("--engines", nargs="+", choices=[e.value for e in Engine], help="only these engines (default all three)")
+    probe = cal.add_argument_group("a probe directory")
+    probe.add_argument("--accelerator", help="the probed part's accelerator id, whose peaks the fits use (default: matched from the probed device's name)")
+    probe.add_argument("--accelerators", metavar="FILE", help="accelerators and racks outside the catalog: a file with accelerators: and racks: "
+                       "lists, or a problem file (its custom_accelerators and custom_racks)")
+    probe.add_argument("--name", help="id of the new accelerator the user catalog defines (default <accelerator>-probed)")
+    probe.add_argument("--engine", choices=[e.value for e in Engine], help="engine key the probed curves go under (default vllm; any engine falls back to it)")
     cal.set_defaults(handler="planner.cli.calibrate:calibrate_command")
+    _add_probe(sub)
     catalog = sub.add_parser("catalog", help="list accelerators, racks, models and KV-cache tiers with their key numbers")
     catalog.add_argument("section", nargs="?", choices=["accelerators", "racks", "models", "kv-tiers"], help="only this section")
     catalog.add_argument("--json", metavar="PATH", help="also write the catalog as JSON")

@@ -28,7 +28,7 @@ from planner.hardware.calibrate_io import write_kernel_catalog
 from planner.hardware.catalog import Accelerator, HardwareCatalog, load_hardware_catalog
 from planner.hardware.kernel_grids import Grid, GridSet
 
-__all__ = ["ENGINES", "GRIDS_DIR", "SYSTEM_ACCELERATORS", "Calibration", "Tables", "calibrate", "package_version", "version_key",
+__all__ = ["ENGINES", "GRIDS_DIR", "SYSTEM_ACCELERATORS", "Calibration", "Tables", "calibrate", "calibrate_accelerator", "package_version", "version_key",
            "write_kernel_catalog"]
 
 SYSTEM_ACCELERATORS = {  # aiconfigurator system name -> planner accelerator id
@@ -206,22 +206,27 @@ def calibrate(tables_dir: Path, systems: Iterable[str] = tuple(SYSTEM_ACCELERATO
     for system in _system_names(systems):
         if not (root / system).is_dir():
             continue
-        tables = Tables(root, system)
         accel = catalog.accelerators[SYSTEM_ACCELERATORS[system]]
-        l2_bytes = accel.l2_cache_bytes or _largest_l2(catalog)
-        entry: dict = {"system": system, "grids": f"{GRIDS_DIR}/{accel.id}.zip"}
-        shared = _Context(tables, "nccl", accel, l2_bytes)
-        if nccl := _nccl(shared):
-            entry["nccl"] = nccl
-        found = dict(shared.grids)
-        fitted = {}
-        for engine in engines:
-            ctx = _Context(tables, engine, accel, l2_bytes)
-            fitted[engine] = _engine_record(ctx)
-            found |= ctx.grids if fitted[engine] else {}
-        entry["engines"] = {e: r for e, r in fitted.items() if r}
+        entry, found = calibrate_accelerator(Tables(root, system), accel, engines, accel.l2_cache_bytes or _largest_l2(catalog))
         if "nccl" in entry or entry["engines"]:
             accelerators[accel.id] = entry
             grids[accel.id] = found
     source = {"package": SOURCE["package"], "version": version or package_version(root), **SOURCE}
     return Calibration({"source": source, "accelerators": accelerators}, grids)
+
+
+def calibrate_accelerator(tables: Tables, accel: Accelerator, engines: Iterable[str], l2_bytes: float) -> tuple[dict, dict[str, Grid | GridSet]]:
+    """The kernels.yaml entry of one accelerator (its NCCL collectives and every engine with tables
+    under `tables`) and its grids by name; `l2_bytes` picks the GEMM shapes that stream their weights."""
+    entry: dict = {"system": tables.system, "grids": f"{GRIDS_DIR}/{accel.id}.zip"}
+    shared = _Context(tables, "nccl", accel, l2_bytes)
+    if nccl := _nccl(shared):
+        entry["nccl"] = nccl
+    found = dict(shared.grids)
+    fitted = {}
+    for engine in engines:
+        ctx = _Context(tables, engine, accel, l2_bytes)
+        fitted[engine] = _engine_record(ctx)
+        found |= ctx.grids if fitted[engine] else {}
+    entry["engines"] = {e: r for e, r in fitted.items() if r}
+    return entry, found

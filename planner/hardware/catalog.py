@@ -52,6 +52,7 @@ class Accelerator:
     scale_out_bandwidth_fraction: float
     sources: Mapping[str, str] = field(default_factory=dict)
     l2_cache_bytes: float | None = None  # last-level cache (calibration: which GEMM shapes stream their weights cold)
+    kernels_dir: Path | None = None  # a user catalog's directory holding this part's kernel curves (None: the shipped ones)
 
     def supported_flops_format(self, wanted: FlopsFormat) -> FlopsFormat | None:
         """`wanted` if the accelerator has tensor cores for it, else the next wider format it has."""

@@ -27,7 +27,7 @@ from planner.modes import Engine
 from planner.paths import data_dir
 from planner.schema import EdgeModel
 
-__all__ = ["AllToAll", "Collective", "DecodeAttention", "HeadShape", "KernelRates", "PrefillAttention", "Ramp", "Spread", "grid_of",
+__all__ = ["AllToAll", "Collective", "DecodeAttention", "Elementwise", "HeadShape", "KernelRates", "PrefillAttention", "Ramp", "Spread", "grid_of",
            "kernel_rates"]
 
 KERNELS_FILE = "kernels.yaml"
@@ -126,6 +126,14 @@ class AllToAll:
 
 
 @dataclass(frozen=True)
+class Elementwise:
+    """Norms, activations and the like: t = t0 per op + bytes / (BW eta_bw) (a probe's measurement)."""
+
+    t0_s: float
+    eta_bw: float
+
+
+@dataclass(frozen=True)
 class KernelRates:
     """Every kernel curve of one accelerator under one engine."""
 
@@ -142,6 +150,7 @@ class KernelRates:
     mla_prefill: dict[str, PrefillAttention] = field(default_factory=dict)
     all_reduce: dict[int, Collective] = field(default_factory=dict)  # the engine's in-domain all-reduce by group size
     all_to_all: dict[str, dict[str, AllToAll]] = field(default_factory=dict)  # low_latency/normal -> dispatch/combine
+    elementwise: dict[str, Elementwise] = field(default_factory=dict)  # by activation format (probed parts only)
     derived_from: str | None = None
     heads: HeadShape | None = None  # the deployment's attention heads per rank (`with_heads`), for prefill attention
 
@@ -238,6 +247,13 @@ class _AllToAllSpec(_SpreadFields):
     nodes: int | None = None
 
 
+class _ElementwiseSpec(EdgeModel):
+    t0_s: float = Field(ge=0)
+    eta_bw: float = Field(gt=0)
+    fit_spread: tuple[float, float, float] | None = None
+    rows: int | None = None
+
+
 class _EngineSpec(EdgeModel):
     versions: dict[str, str] = {}
     gemm: dict[str, _RampSpec] = {}
@@ -250,6 +266,7 @@ class _EngineSpec(EdgeModel):
     mla_prefill: dict[str, _PrefillSpec] = {}
     all_reduce: dict[int, _CollectiveSpec] = {}
     all_to_all: dict[str, dict[str, _AllToAllSpec]] = {}
+    elementwise: dict[str, _ElementwiseSpec] = {}
     suspect: list[str] = []
 
 
@@ -309,6 +326,7 @@ def _engine_rates(accel: str, engine: Engine, spec: _EngineSpec, nccl: dict, sou
         all_reduce={n: Collective(c.alpha_s, c.bus_bytes_per_s, _spread(c), ref(c)) for n, c in reduce.items()},
         all_to_all={mode: {phase: AllToAll(p.alpha_s, p.bytes_per_s, _spread(p), ref(p)) for phase, p in phases.items()}
                     for mode, phases in spec.all_to_all.items()},
+        elementwise={k: Elementwise(e.t0_s, e.eta_bw) for k, e in spec.elementwise.items()},
     )
 
 

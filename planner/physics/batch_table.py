@@ -232,7 +232,7 @@ def _prompt_cache(inp: DeploymentInputs, requests_per_s: np.ndarray) -> tuple[np
 def step_context(inp: DeploymentInputs, links: ReplicaLinks) -> StepContext:
     accel = inp.rack.accelerator
     fmt = inp.precisions.compute
-    rates = kernel_rates(accel.id, inp.engine) if inp.step_model is StepModel.CALIBRATED else None
+    rates = kernel_rates(accel.id, inp.engine, accel.kernels_dir) if inp.step_model is StepModel.CALIBRATED else None
     return StepContext(inp, stages(inp.arch, inp.layout.pp), links, effective_links(links, accel),
                        accel.dense_flops_per_s[fmt] * accel.compute_fraction_by_format[fmt],
                        accel.hbm_bandwidth_bytes_per_s * accel.hbm_bandwidth_fraction, rates)

@@ -287,10 +287,12 @@ def prefill_attention_kernel(curve: PrefillAttention, flops, context_tokens, n_l
     return _timed(curve.t0_s, compute, 0.0 * compute, correction, n_layers, curve.spread)
 
 
-def elementwise_kernel(n_bytes, n_ops, hbm_bytes_per_s: float) -> KernelTime:
-    """Norms, activations, embedding, sampling: bytes / (0.8 BW) + 3 us per op (aiconfigurator's rule)."""
-    memory = np.asarray(n_bytes, dtype=float) / (hbm_bytes_per_s * ELEMENTWISE_HBM_FRACTION)
-    fixed = np.asarray(n_ops * ELEMENTWISE_FIXED_S, dtype=float) + 0.0 * memory
+def elementwise_kernel(n_bytes, n_ops, hbm_bytes_per_s: float, fraction: float = ELEMENTWISE_HBM_FRACTION,
+                       per_op_s: float = ELEMENTWISE_FIXED_S) -> KernelTime:
+    """Norms, activations, embedding, sampling: bytes / (fraction BW) + a fixed time per op; by default
+    aiconfigurator's rule (0.8 BW, 3 us), else a probe's measured curve."""
+    memory = np.asarray(n_bytes, dtype=float) / (hbm_bytes_per_s * fraction)
+    fixed = np.asarray(n_ops * per_op_s, dtype=float) + 0.0 * memory
     return KernelTime(0.0 * memory, memory, fixed, Spread())
 
 

@@ -180,8 +180,10 @@ def elementwise(ctx: StepContext, tokens_rank: np.ndarray) -> KernelTime:
     softmax and sampling on the last."""
     lay = ctx.inp.layout
     layers, embedding, sampling, ops = ctx.shared(("elementwise",), lambda: (lay.pp, lay.tp), lambda: _elementwise_bytes(ctx))
+    probed = ctx.rates.elementwise.get("bf16") if ctx.rates is not None else None
+    measured = (probed.eta_bw, probed.t0_s) if probed is not None else ()
     return elementwise_kernel(layers * tokens_rank + embedding * tokens_rank + sampling * tokens_rank, ops,
-                              ctx.inp.rack.accelerator.hbm_bandwidth_bytes_per_s)
+                              ctx.inp.rack.accelerator.hbm_bandwidth_bytes_per_s, *measured)
 
 
 def _stage_domains(ctx: StepContext) -> int:

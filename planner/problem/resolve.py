@@ -18,6 +18,7 @@ from planner.hardware.catalog import (
     RackType,
     load_hardware_catalog,
 )
+from planner.hardware.user_catalog import with_user_catalog
 from planner.model.architecture import ModelArch
 from planner.model.catalog import arch_from_spec, load_model_catalog
 from planner.modes import CacheTier, ServingMode, ServingRole
@@ -227,12 +228,14 @@ def _resolve_model(key: str, ref, base_dir: Path, problem: "Problem", field_name
     return ResolvedModel(key, arch, precisions, loads, label)
 
 
-def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = "problem") -> ResolvedProblem:
-    """Check every name against the catalogs and convert to SI values; all issues are reported together."""
-    issues: list[InputIssue] = []
-    cluster = problem.cluster
+def _hardware(cluster, base_dir: Path, source: str) -> HardwareCatalog:
+    """The catalog with the problem's user catalog (cluster.kernel_catalog), custom parts, prices and fractions."""
     try:
-        hardware = load_hardware_catalog().with_overrides(
+        hardware = load_hardware_catalog()
+        if cluster.kernel_catalog is not None:
+            path = Path(cluster.kernel_catalog)
+            hardware = with_user_catalog(hardware, path if path.is_absolute() else Path(base_dir) / path, "cluster.kernel_catalog")
+        return hardware.with_overrides(
             accelerators=cluster.custom_accelerators,
             racks=cluster.custom_racks,
             price_usd_per_hour=cluster.price_overrides_usd_per_hour,
@@ -240,6 +243,13 @@ def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = 
         )
     except PlannerInputError as exc:
         raise PlannerInputError(exc.issues, source) from None
+
+
+def resolve_problem(problem: Problem, base_dir: Path = Path("."), source: str = "problem") -> ResolvedProblem:
+    """Check every name against the catalogs and convert to SI values; all issues are reported together."""
+    issues: list[InputIssue] = []
+    cluster = problem.cluster
+    hardware = _hardware(cluster, base_dir, source)
     rack_counts = []
     for i, rc in enumerate(cluster.racks):
         if rc.type not in hardware.racks:

@@ -155,6 +155,8 @@ class ClusterSpec(EdgeModel):
     racks: list[RackCount] = Field(min_length=1, max_length=MAX_RACK_TYPES, description="rack types the fleet can use, each once")
     custom_accelerators: list[AcceleratorSpec] = Field(default_factory=list, max_length=MAX_RACK_TYPES, description="accelerators not in the catalog")
     custom_racks: list[RackSpec] = Field(default_factory=list, max_length=MAX_RACK_TYPES, description="scale-up units not in the catalog")
+    kernel_catalog: str | None = Field(default=None, description="a user catalog directory (`planner calibrate <probe dir> --out DIR`, "
+                                       "relative to this file): its probed accelerators, racks and kernel curves are added")
     price_overrides_usd_per_hour: dict[str, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="accelerator id -> your price per accelerator-hour"
     )

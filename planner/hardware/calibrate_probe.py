@@ -1,0 +1,158 @@
+"""`planner calibrate <probe dir> --out <catalog dir>`: fit the tables a `planner probe` run wrote
+(aiconfigurator-core's layout under `probe/`, planner/probe/run.py) into a user catalog: a directory
+holding `kernels.yaml` and `kernel_grids/` (the shipped catalog's format) and `hardware.yaml`, the
+probed part as a new accelerator (a copy of its catalog or problem-file entry under a new id, with the
+probe's measured HBM and GEMM fractions) and its racks. The shipped catalog is never written.
+
+Beyond aiconfigurator's classes the probe measures elementwise work (fitted as t = t0 + bytes /
+(BW eta_bw), the step model's elementwise form) and HBM copies (t = alpha + bytes moved / rate: the
+rate over the catalog peak is the new accelerator's hbm_bandwidth_fraction)."""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from planner.errors import InputIssue, PlannerInputError, load_yaml_file
+from planner.hardware.calibrate import Tables, calibrate_accelerator
+from planner.hardware.calibrate_fits import fit_alpha_rate, round_sig
+from planner.hardware.calibrate_io import write_kernel_catalog
+from planner.hardware.catalog import HardwareCatalog
+from planner.hardware.kernel_grids import Grid, GridSet
+from planner.hardware.probe_layout import PROBE_ENGINE, PROBE_FILE, PROBE_SYSTEM
+from planner.hardware.specs import AcceleratorSpec, RackSpec
+from planner.hardware.user_catalog import HARDWARE_FILE
+from planner.paths import data_dir
+from planner.units import MS
+
+__all__ = ["ProbeCalibration", "calibrate_probe", "match_accelerator", "probe_record", "shipped_specs",
+           "write_user_catalog"]
+
+MAX_FRACTION = 1.0  # a measured fraction above the datasheet peak is held at the peak
+
+
+@dataclass(frozen=True)
+class ProbeCalibration:
+    """kernels.yaml record, grids by accelerator, and hardware.yaml's accelerators and racks."""
+
+    record: dict
+    grids: dict[str, dict[str, Grid | GridSet]]
+    accelerator: AcceleratorSpec
+    racks: list[RackSpec]
+
+
+def probe_record(directory: Path) -> dict:
+    """The probe.yaml of a probe directory."""
+    path = Path(directory) / PROBE_FILE
+    if not path.is_file():
+        raise PlannerInputError(InputIssue("tables", f"{directory} has no {PROBE_FILE}", "give the --out directory of `planner probe`"))
+    return load_yaml_file(path)
+
+
+def shipped_specs() -> tuple[list[AcceleratorSpec], list[RackSpec]]:
+    """The accelerators and racks of the shipped catalog as written (friendly units)."""
+    root = data_dir("topologies")
+    accels = [AcceleratorSpec.model_validate(a) for p in sorted((root / "accelerators").glob("*.yaml"))
+              for a in load_yaml_file(p)["accelerators"]]
+    racks = [RackSpec.model_validate(r) for p in sorted((root / "racks").glob("*.yaml")) for r in load_yaml_file(p)["racks"]]
+    return accels, racks
+
+
+def match_accelerator(device: str, specs: list[AcceleratorSpec]) -> str | None:
+    """The one accelerator whose name holds the device's model number (the first word with a digit,
+    e.g. H200 in "NVIDIA H200"), or None when none or several do."""
+    words = [w for w in re.split(r"[\s_]+", device.lower()) if re.search(r"\d", w)]
+    if not words:
+        return None
+    found = [s.id for s in specs if words[0] in re.split(r"[\s_]+", s.name.lower())]
+    return found[0] if len(found) == 1 else None
+
+
+def _source(probe: dict) -> dict[str, str]:
+    """kernels.yaml's source: the probe's record flattened to strings."""
+    libraries = ", ".join(f"{k} {v}" for k, v in probe.get("libraries", {}).items())
+    clocks = ", ".join(f"{k} {v}" for k, v in probe.get("driver_and_clocks", {}).items())
+    out = {"package": "planner probe", "version": str(probe.get("libraries", {}).get("torch", "?")), "device": str(probe.get("device")),
+           "runtime": str(probe.get("runtime", "cpu")), "libraries": libraries, "date": str(probe.get("date")),
+           "backends": ", ".join(f"{k}: {v}" for k, v in probe.get("backends", {}).items())}
+    return out | ({"driver_and_clocks": clocks} if clocks else {})
+
+
+def _latest(tables: Tables, family: str, name: str) -> pd.DataFrame | None:
+    found = tables.newest(family, PROBE_ENGINE, name)
+    return None if found is None else found[0]
+
+
+def _elementwise(tables: Tables, hbm_bytes_per_s: float) -> dict:
+    """{bf16: t0_s, eta_bw (fraction of the catalog HBM peak), fit_spread, rows} from the elementwise table."""
+    rows = _latest(tables, "elementwise", "elementwise_perf.parquet")
+    if rows is None or len(rows) < 4:
+        return {}
+    fit = fit_alpha_rate(rows["bytes"].to_numpy(dtype=float), rows["latency"].to_numpy(dtype=float) * MS, "bytes_per_s")
+    return {"bf16": {"t0_s": fit.record["alpha_s"], "eta_bw": round_sig(fit.record["bytes_per_s"] / hbm_bytes_per_s),
+                     "fit_spread": fit.record["fit_spread"], "rows": len(rows)}}
+
+
+def _hbm_fraction(tables: Tables, hbm_bytes_per_s: float) -> float | None:
+    """The copy rate fitted as t = alpha + bytes moved / rate, over the catalog peak (at most 1)."""
+    rows = _latest(tables, "mem", "mem_perf.parquet")
+    if rows is None or len(rows) < 4:
+        return None
+    fit = fit_alpha_rate(rows["bytes_moved"].to_numpy(dtype=float), rows["latency"].to_numpy(dtype=float) * MS, "bytes_per_s")
+    return min(MAX_FRACTION, round_sig(fit.record["bytes_per_s"] / hbm_bytes_per_s))
+
+
+def _probed_spec(base: AcceleratorSpec, key: str, engine_record: dict, hbm_fraction: float | None, probe: dict) -> AcceleratorSpec:
+    """`base` under the new id, its HBM and GEMM fractions replaced by the probe's measurements."""
+    note = f"planner probe, {probe.get('device')}, {probe.get('date')}"
+    update: dict = {"id": key, "name": f"{base.name} (probed: {probe.get('device')})", "sources": dict(base.sources)}
+    if hbm_fraction is not None:
+        update["hbm_bandwidth_fraction"] = hbm_fraction
+        update["sources"]["hbm_bandwidth_fraction"] = note
+    gemm = {fmt: min(MAX_FRACTION, fit["eta_max"]) for fmt, fit in engine_record.get("gemm", {}).items() if fmt in base.dense_tflop_per_s}
+    if gemm:
+        update["compute_fraction"] = dict(base.compute_fraction or {}) | gemm
+        update["sources"]["compute_fraction"] = note
+    return AcceleratorSpec.model_validate(base.model_dump() | update)
+
+
+def _racks(base: AcceleratorSpec, key: str, racks: list[RackSpec], devices: int) -> list[RackSpec]:
+    """Copies of the racks of `base` for the new accelerator; without any, one switched box of the probed devices."""
+    mine = [r for r in racks if r.accelerator == base.id]
+    if not mine:
+        return [RackSpec(id=f"{key}-x{devices}", name=f"{devices} x {base.name} (probed machine)", accelerator=key, accelerators=devices,
+                         scale_up={"kind": "switched"})]
+    return [RackSpec.model_validate(r.model_dump() | {"id": f"{key}-{r.id}", "name": f"{r.name}, {key}", "accelerator": key}) for r in mine]
+
+
+def calibrate_probe(directory: Path, base: AcceleratorSpec, key: str, engine: str, racks: list[RackSpec],
+                    hardware: HardwareCatalog) -> ProbeCalibration:
+    """Fit a probe directory's tables for accelerator `base` (its peaks) under the new id `key` and `engine`."""
+    probe = probe_record(directory)["probe"]
+    accel = hardware.with_overrides(accelerators=[base.model_copy(update={"id": key})]).accelerators[key]
+    tables = Tables(Path(directory), PROBE_SYSTEM)
+    l2_bytes = accel.l2_cache_bytes or float(probe.get("l2_cache_bytes") or 0.0)
+    entry, grids = calibrate_accelerator(tables, accel, (PROBE_ENGINE,), l2_bytes)
+    fitted = entry["engines"].pop(PROBE_ENGINE, None)
+    if fitted is None:
+        raise PlannerInputError(InputIssue("tables", f"no kernel table under {directory} has enough shapes to fit",
+                                           "run `planner probe` again with a larger --budget-s"))
+    fitted |= {"elementwise": e} if (e := _elementwise(tables, accel.hbm_bandwidth_bytes_per_s)) else {}
+    entry |= {"system": str(probe.get("device")), "engines": {engine: fitted}}
+    spec = _probed_spec(base, key, fitted, _hbm_fraction(tables, accel.hbm_bandwidth_bytes_per_s), probe)
+    devices = int(probe.get("ranks") or probe.get("device_count") or 1)
+    return ProbeCalibration({"source": _source(probe), "accelerators": {key: entry}}, {key: grids}, spec, _racks(base, key, racks, devices))
+
+
+def write_user_catalog(out: Path, calibration: ProbeCalibration) -> Path:
+    """kernels.yaml, kernel_grids/ and hardware.yaml in `out`; returns the kernels.yaml path."""
+    kernels = Path(out) / "kernels.yaml"
+    write_kernel_catalog(calibration.record, kernels, calibration.grids)
+    hardware = {"accelerators": [calibration.accelerator.model_dump(mode="json", exclude_none=True)],
+                "racks": [r.model_dump(mode="json", exclude_none=True) for r in calibration.racks]}
+    (Path(out) / HARDWARE_FILE).write_text("# The probed accelerator and its racks (planner calibrate). Name a rack in a problem file\n"
+                                           "# (cluster.kernel_catalog: this directory) or in `planner estimate --kernel-catalog`.\n"
+                                           + yaml.safe_dump(hardware, sort_keys=False, width=200))
+    return kernels

@@ -1,0 +1,76 @@
+"""What a probe ran on: device, driver, library versions and clocks, as `probe.yaml` records them
+(calibrate copies them into the user catalog as the source of its curves)."""
+
+import datetime
+import importlib.metadata
+import platform
+import shutil
+import subprocess
+
+import torch
+
+from planner.probe.timing import Device
+from planner.units import MIB
+
+__all__ = ["provenance"]
+
+SMI_FIELDS = ("driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem", "power.limit", "pstate")
+SMI_TIMEOUT_S = 10.0
+OPTIONAL_LIBRARIES = ("flashinfer-python", "flashinfer", "flash-attn", "triton")
+
+
+def _nvidia_smi(index: int) -> dict[str, str]:
+    """Driver and clocks from nvidia-smi (MHz, W as it prints them); {} where it is absent."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    query = [smi, f"--id={index}", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader"]
+    try:
+        line = subprocess.run(query, capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    values = [v.strip() for v in line.split(",")]
+    return dict(zip(SMI_FIELDS, values, strict=False)) if len(values) == len(SMI_FIELDS) else {}
+
+
+def _rocm_smi() -> dict[str, str]:
+    """The ROCm driver's clocks as rocm-smi prints them; {} where it is absent."""
+    smi = shutil.which("rocm-smi")
+    if smi is None:
+        return {}
+    try:
+        text = subprocess.run([smi, "--showclocks", "--showdriverversion"], capture_output=True, text=True,
+                              timeout=SMI_TIMEOUT_S, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"rocm_smi": " | ".join(line.strip() for line in text.splitlines() if ":" in line)}
+
+
+def _libraries() -> dict[str, str]:
+    found = {"torch": str(torch.__version__)}
+    for name in OPTIONAL_LIBRARIES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def provenance(device: Device, backends: dict[str, str]) -> dict:
+    """The probe's record of its machine: device, counts, versions, clocks, the attention backends used."""
+    record: dict = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "host": platform.node(),
+                    "python": platform.python_version(), "libraries": _libraries(), "backends": backends,
+                    "warmup_calls": device.warmup, "timed_calls": device.iterations, "statistic": "median"}
+    if not device.is_gpu:
+        return record | {"device": f"CPU ({platform.processor() or platform.machine()})", "device_type": "cpu", "device_count": 1,
+                         "threads": torch.get_num_threads()}
+    index = device.torch_device.index or 0
+    props = torch.cuda.get_device_properties(index)
+    record |= {"device": props.name, "device_type": "rocm" if torch.version.hip else "cuda", "device_count": torch.cuda.device_count(),
+               "memory_mib": round(props.total_memory / MIB), "multiprocessors": props.multi_processor_count,
+               "compute_capability": f"{props.major}.{props.minor}", "runtime": torch.version.hip or torch.version.cuda,
+               "l2_cache_bytes": int(getattr(props, "L2_cache_size", 0) or 0)}
+    if torch.backends.cudnn.is_available():
+        record["libraries"]["cudnn"] = str(torch.backends.cudnn.version())
+    clocks = _rocm_smi() if torch.version.hip else _nvidia_smi(index)
+    return record | ({"driver_and_clocks": clocks} if clocks else {})
