@@ -61,7 +61,7 @@ def _base(args: argparse.Namespace, device: str) -> tuple[AcceleratorSpec, list[
 
 
 def _summary(record: dict, key: str, engine: str) -> Table:
-    from planner.cli.calibrate import CLASS_COLUMNS, summary_rows
+    from planner.cli.calibrate_summary import CLASS_COLUMNS, summary_rows
 
     table = Table(title=f"leave-one-out error (median/p90, worst format) of {key} {engine}, probed on {record['source']['device']}")
     for column in ("system", "engine", *CLASS_COLUMNS):
