@@ -2,6 +2,7 @@
 
 import difflib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,14 +75,34 @@ def _location(loc: tuple) -> str:
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif not str(item).startswith(UNION_TAG_PREFIXES):
+        elif not str(item).startswith(UNION_TAG_PREFIXES) and item != "[key]":  # pydantic's marker of a bad mapping key
             parts.append(("." if parts else "") + str(item))
     return "".join(parts) or "(top level)"
+
+
+NUMBER_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]+[A-Za-z%/0-9]*)\s*$")
+
+
+def _unit_fix(error: dict) -> str | None:
+    """For a number written with its unit ("40ms", "2 GB"): the field with the number alone (the
+    field's name says its unit)."""
+    value = error.get("input")
+    found = NUMBER_WITH_UNIT.match(value) if isinstance(value, str) else None
+    if found is None:
+        return None
+    name = next((str(item) for item in reversed(error["loc"]) if isinstance(item, str)), "the field")
+    number, unit = found.groups()
+    named = name.rsplit("_", 1)[-1] if "_" in name else None
+    if named is not None and unit.lower() != named.lower():
+        return f"drop the unit and write the number in {named}, the unit the field's name gives: {name}: <value in {named}>"
+    return f"drop the unit: {name}: {number} (the field's name gives the unit)"
 
 
 def _fix_for(error: dict) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
+    if kind in ("int_parsing", "float_parsing") and _unit_fix(error):
+        return _unit_fix(error)
     if kind == "extra_forbidden":
         return "remove this field or check its spelling (`planner schema` lists every field)"
     if kind == "missing":

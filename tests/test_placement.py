@@ -328,7 +328,7 @@ def test_check_cli_exit_codes(plans, tmp_path, capsys):
     _, record, path = plans["custom-cluster-degraded-hgx"]
     assert main(["check", str(path)]) == 0
     broken = json.loads(json.dumps(record))
-    broken["deployments"][0]["placement"][0]["accelerator"] = "hgx-h100#1/5"  # the failed GPU
+    broken["deployments"][0]["placement"][0].update(accelerator="hgx-h100#1/5", rack="hgx-h100#1")  # the failed GPU
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(broken))
     assert main(["check", str(bad)]) == 1

@@ -24,6 +24,7 @@ from planner.physics.deployment import Layout
 from planner.physics.estimate import estimate
 from planner.physics.inputs import DEFAULT_PREFILL_CHUNK_TOKENS, DeploymentInputs, ExpertFigures, ServingOptions, deployment_inputs
 from planner.physics.kv_cache import cache_use, tiers_for
+from planner.physics.prefill import packed_prompts
 from planner.physics.speculation import Speculation
 from planner.problem.resolve import SpeculativeRequest, resolve_precisions, resolve_problem, resolve_speculative
 from planner.problem.schema import PrecisionSpec, SpeculativeSpec, load_problem
@@ -98,6 +99,18 @@ def _speculation(args: argparse.Namespace, arch, request: SpeculativeRequest | N
     return resolved.speculation(args.speculative_tokens, role)
 
 
+def _prefill_batch(layout: Layout, input_tokens: int, chunk_tokens: int | None) -> tuple[int, tuple[str]]:
+    """A prefill replica's batch when --batch is not given: the prompts one pass holds, as many as
+    the engine's token budget packs on every attention rank and pipeline micro-batch (at least one),
+    the largest prefill batch the solver considers; with the note that says so."""
+    budget = chunk_tokens or DEFAULT_PREFILL_CHUNK_TOKENS
+    per_rank = max(packed_prompts(input_tokens, budget), 1)
+    batch = per_rank * layout.pp * layout.dp_attn
+    return batch, (f"batch {batch} (no --batch): a prefill pass holds {per_rank} prompt(s) of {input_tokens} tokens in the "
+                   f"{budget}-token budget on each of {layout.dp_attn} attention rank(s) x {layout.pp} stage(s); "
+                   "pass --batch to choose another",)
+
+
 def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
     d = _defaults(args)
     if getattr(args, "kernel_catalog", None):
@@ -118,7 +131,7 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         issues.append(InputIssue("--model", "no model given", "pass --model NAME (see `planner catalog`) or a problem file"))
     if rack_id is None and not args.rack:
         issues.append(InputIssue("--rack", "no rack given", "pass --rack NAME (see `planner catalog`) or a problem file"))
-    if args.batch is None:
+    if args.batch is None and args.role != ServingRole.PREFILL:
         issues.append(InputIssue("--batch", "no decode batch given", "pass --batch N (sequences in flight per replica)"))
     tier_id = args.cache_tier or (cache_request.tier if cache_request is not None and not cache_request.any_tier else None)
     if args.cache_tier and cache_request is None:
@@ -137,6 +150,7 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
         hardware = hardware.with_overrides(price_usd_per_hour={rack.accelerator.id: args.price})
         rack = hardware.racks[rack_id]
     layout = Layout(tp=args.tp, ep=args.ep, pp=args.pp, dp_attn=args.dp_attn) if args.dp_attn else Layout.with_default_dp_attn(args.tp, args.ep, args.pp)
+    batch, batch_note = (args.batch, ()) if args.batch is not None else _prefill_batch(layout, args.isl or isl, args.prefill_chunk)
     flags = {"weights": args.weights_precision, "kv_cache": args.kv_precision,
              "activations": args.activations_precision, "compute": args.compute_precision}
     spec = PrecisionSpec(**(spec.model_dump() | {k: v for k, v in flags.items() if v is not None}))
@@ -147,8 +161,8 @@ def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:
                             routing=args.expert_routing or ("balanced" if args.expert_imbalance > 1.0 else None))
     speculative = _speculation(args, arch, d.speculative if arch is d.arch else None)
     try:
-        return deployment_inputs(arch, rack, layout, args.batch, (args.isl or isl, args.osl or osl), precisions, hardware.overheads, serving,
-                                 notes=notes, role=ServingRole(args.role), prefix_cache=cache, experts=experts, speculative=speculative)
+        return deployment_inputs(arch, rack, layout, batch, (args.isl or isl, args.osl or osl), precisions, hardware.overheads, serving,
+                                 notes=(*notes, *batch_note), role=ServingRole(args.role), prefix_cache=cache, experts=experts, speculative=speculative)
     except PlannerInputError as exc:
         raise PlannerInputError([_flag_issue(i) for i in exc.issues]) from None
 

@@ -87,6 +87,18 @@ def curve_command(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _write_partial(points: list, out, name: str, console: Console) -> None:
+    """After Ctrl-C: the table of the points finished so far (all of them stay in rows.jsonl)."""
+    from planner.output.sweep_table import write_tables
+    from planner.studies.sweep_run import ROWS_FILE, read_rows
+
+    done = read_rows(out)
+    rows = [row for p in points for row in done.get(p.index, [])]
+    console.print(f"interrupted after {len(done)} of {len(points)} points; they are kept in {out / ROWS_FILE}", markup=False)
+    for path in write_tables(rows, out, name) if rows else []:
+        console.print(f"wrote {path} (the finished points only)", markup=False)
+
+
 def sweep_command(args: argparse.Namespace, console: Console) -> int:
     """Expand the sweep file, solve every point not yet in --out, write the table, charts and summary."""
     import hashlib
@@ -115,11 +127,18 @@ def sweep_command(args: argparse.Namespace, console: Console) -> int:
                                     "spec": spec.model_dump(mode="json")}, indent=2) + "\n")
     console.print(f"{spec.name}: {len(points)} problems from {args.spec} ({'Ray ' + args.ray if args.ray else f'{args.workers} local worker(s)'})",
                   markup=False)
-    with Progress("solving points") as progress:
-        rows = run_sweep(points, out, base_dir, time_limit, spec.seed, workers=args.workers, ray_address=args.ray,
-                         progress=lambda done, total: progress(done, total, f"{done}/{total} points"))
+    try:
+        with Progress("solving points") as progress:
+            rows = run_sweep(points, out, base_dir, time_limit, spec.seed, workers=args.workers, ray_address=args.ray,
+                             progress=lambda done, total: progress(done, total, f"{done}/{total} points"))
+    except KeyboardInterrupt:
+        _write_partial(points, out, spec.name, console)
+        raise
     axes = [a.column() for a in spec.all_axes()]
     written = write_tables(rows, out, spec.name) + write_charts(rows, axes, out, spec.name)
+    if not any(path.suffix == ".parquet" for path in written):
+        console.print("no Parquet table: pyarrow is not installed (pip install \".[sweep]\" adds it); the CSV holds the same rows",
+                      markup=False)
     summary = summary_lines(rows, axes)
     (out / "summary.md").write_text(f"# {spec.name}\n\n" + "\n".join(f"- {line}" for line in summary) + "\n")
     for line in summary:

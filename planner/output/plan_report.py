@@ -8,7 +8,7 @@ from planner.modes import ServingRole, SolveStatus
 from planner.output.handoff import handoff_summary
 from planner.output.report import estimate_record
 from planner.solver.solve import Deployment, SolveResult
-from planner.units import format_rate, format_seconds, format_usd
+from planner.units import format_bytes, format_rate, format_seconds, format_usd
 
 __all__ = ["deployment_record", "render_solve", "solve_record"]
 
@@ -195,13 +195,27 @@ def expert_lines(result: SolveResult) -> list[str]:
     return lines
 
 
+def hbm_lines(result: SolveResult) -> list[str]:
+    """HBM use of each deployment's fullest accelerator: what fills it and how much is left."""
+    lines = []
+    for d in result.deployments:
+        c, m = d.candidate, d.estimate.memory
+        role = "" if c.role is ServingRole.AGGREGATED else f"{c.role} "
+        parts = [("weights", m.weights_bytes), ("KV cache", m.kv_bytes), ("activations and buffers", m.activations_bytes),
+                 ("prompt cache", m.prompt_cache_bytes)]
+        lines.append(f"{c.workload} on {c.rack_id} ({role}{c.layout.name}): {format_bytes(m.used_bytes)} of "
+                     f"{format_bytes(m.capacity_bytes)} ({m.fill_fraction:.0%}): "
+                     + ", ".join(f"{name} {format_bytes(value)}" for name, value in parts if value > 0))
+    return lines
+
+
 def _plan_table(result: SolveResult) -> Table:
     table = Table(title="Plan", title_justify="left")
     for name in ("workload", "rack", "layout", "batch", "replicas", "accel.", "TPOT", "TTFT", "tok/s", "$/h", "$/M out", "binds", "dominant"):
         table.add_column(name, justify="left" if name in ("workload", "rack", "layout", "binds", "dominant") else "right")
     for d in result.deployments:
         c, e = d.candidate, d.estimate
-        layout = c.layout.describe().split(" = ")[0] + (f" + MTP{c.draft_tokens}" if c.draft_tokens else "")
+        layout = c.layout.name + (f" + MTP{c.draft_tokens}" if c.draft_tokens else "")
         if c.role is ServingRole.PREFILL:
             table.add_row(c.workload, c.rack_id, f"prefill: {layout}", "-", str(d.replicas), str(d.accelerators), "-",
                           format_seconds(e.ttft_s), f"in {format_rate(d.replicas * c.input_tokens_per_s)}", format_usd(d.usd_per_hour),
@@ -229,6 +243,9 @@ def render_solve(result: SolveResult, console: Console) -> None:
         console.print(_plan_table(result))
         console.print(f"Fleet: {result.accelerators} accelerators, {format_usd(result.usd_per_hour)}/h "
                       "(prices are catalog estimates unless the problem overrides them)")
+        console.print("HBM per accelerator (the fullest of each replica)")
+        for line in hbm_lines(result):
+            console.print(f"  - {escape(line)}")
         for w in result.problem.workloads:
             served = _served_record(result, w.name)
             if served["fed_output_tokens_per_s"] is not None:  # a pair of pools serves the smaller of its two rates

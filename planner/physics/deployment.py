@@ -39,15 +39,24 @@ class Layout:
     def n_accelerators(self) -> int:
         return self.stage_size * self.pp
 
-    def describe(self) -> str:
+    @property
+    def name(self) -> str:
+        """"TP1 x DPattn8 x EP8": the degrees that are not 1. Where attention and the experts are split
+        differently (attention data parallelism, or expert parallelism), the expert split is named
+        in full: EP, and ETP where each expert is also cut across ranks (stage / EP > 1)."""
         parts = [f"TP{self.tp}"]
         if self.dp_attn > 1:
             parts.append(f"DPattn{self.dp_attn}")
-        if self.ep > 1:
+        if self.ep > 1 or self.dp_attn > 1:
             parts.append(f"EP{self.ep}")
+            if self.expert_tp > 1:
+                parts.append(f"ETP{self.expert_tp}")
         if self.pp > 1:
             parts.append(f"PP{self.pp}")
-        return " x ".join(parts) + f" = {self.n_accelerators} accelerator{'s' if self.n_accelerators > 1 else ''}"
+        return " x ".join(parts)
+
+    def describe(self) -> str:
+        return f"{self.name} = {self.n_accelerators} accelerator{'s' if self.n_accelerators > 1 else ''}"
 
     @staticmethod
     def with_default_dp_attn(tp: int, ep: int, pp: int) -> "Layout":

@@ -33,6 +33,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 from scipy.optimize import linear_sum_assignment
 
+from planner.cpsat import cpsat_solver
 from planner.model.architecture import ModelArch
 from planner.modes import ExpertMethod
 from planner.placement.groups import (
@@ -48,6 +49,8 @@ __all__ = ["ExpertPlacement", "LayerPlacement", "count_moves", "eplb_baseline", 
 
 SWAP_TIME_LIMIT_S = 0.25  # per layer: the replica-count search with its swaps (planner/placement/replicas.py)
 MIN_CPSAT_TIME_S = 0.01
+CPSAT_SHARE = 0.25  # of a layer's planned time, CP-SAT's search (its deterministic time is 0.8 of that): the heuristic, the
+# model's build and a slower machine get the rest, so that the wall-clock guard is seldom what stops it
 # Building the CP-SAT model in Python costs about 18 us per (expert, rank) variable with its constraints
 # (16.8 s for 58 DeepSeek-V3 layers x 256 experts x 64 ranks, ortools 9.15 on 2 cores): a layer whose
 # share of the time limit cannot pay for the build keeps its heuristic placement.
@@ -212,16 +215,23 @@ def _within_budget(loads: np.ndarray, previous: list[list[int]], budget: int, ti
     return best[1], best[2]  # additions = 0 always succeeds: the previous placement itself
 
 
-def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slots_per_rank: int, deadline: float,
-           workers: int, previous: list[list[int]] | None = None, budget: int | None = None) -> tuple[list[list[int]], bool]:
-    """Step 4: CP-SAT min-max with the heuristic as a complete hint (docs/cpsat.md section 6.2). Returns
-    the better of the two placements and whether CP-SAT proved it optimal (at the load resolution).
-    With `previous` ranks are no longer interchangeable (no symmetry breaking); with `budget` too, at
-    most that many copies may land on a rank that did not hold them."""
-    n_ranks, n_experts = len(ranks), len(per_copy)
-    if deadline - time.perf_counter() < n_ranks * n_experts * CPSAT_BUILD_S_PER_VARIABLE + MIN_CPSAT_TIME_S:
-        return ranks, False  # not enough time left to build the model, let alone search it
-    q = np.maximum(1, np.round(per_copy / per_copy.sum() / CPSAT_LOAD_RESOLUTION)).astype(int)
+@dataclass(frozen=True)
+class CpsatStep:
+    """What step 4 may spend on one layer: `planned_s`, its share of the time limit (from the inputs
+    alone, so that CP-SAT's deterministic-time limit and the decision to run it do not depend on how
+    long the steps before it took), the whole placement's wall-clock `deadline` as a guard (reached
+    only when the machine runs far slower than planned), the workers and the seed."""
+
+    planned_s: float
+    deadline: float
+    workers: int
+    seed: int
+
+
+def _cpsat_model(q: np.ndarray, copies: np.ndarray, canonical: list[list[int]], slots_per_rank: int,
+                 previous: list[list[int]] | None, budget: int | None) -> tuple[cp_model.CpModel, dict]:
+    """Min-max of the integer loads `q` per copy, hinted with `canonical` (docs/cpsat.md section 6.2)."""
+    n_ranks, n_experts = len(canonical), len(q)
     order = sorted(range(n_experts), key=lambda e: -q[e])
     m = cp_model.CpModel()
     x, cumulative = {}, 0
@@ -241,20 +251,30 @@ def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slo
         m.add(sum(v for v, _ in here) <= slots_per_rank)
         m.add(cp_model.LinearExpr.weighted_sum([v for v, _ in here], [w for _, w in here]) <= lmax)
     m.minimize(lmax)
-    # relabel to respect the prefix rule (only when ranks are interchangeable)
-    canonical = ranks if previous is not None else sorted(ranks, key=lambda rank: -sum(q[e] for e in rank))
     hint = {(e, r) for r, rank in enumerate(canonical) for e in rank}
     if all(key in x for key in hint):
         for key, var in x.items():
             m.add_hint(var, key in hint)
         m.add_hint(lmax, max(sum(int(q[e]) for e in rank) for rank in canonical))
-    remaining_s = deadline - time.perf_counter()  # building the model counts against the budget too
-    if remaining_s < MIN_CPSAT_TIME_S:
-        return ranks, False
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = workers
-    solver.parameters.max_time_in_seconds = remaining_s
-    solver.parameters.random_seed = 0
+    return m, x
+
+
+def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slots_per_rank: int, step: CpsatStep,
+           previous: list[list[int]] | None = None, budget: int | None = None) -> tuple[list[list[int]], bool]:
+    """Step 4: CP-SAT min-max with the heuristic as a complete hint. Returns the better of the two
+    placements and whether CP-SAT proved it optimal (at the load resolution). With `previous` ranks
+    are no longer interchangeable (no symmetry breaking); with `budget` too, at most that many copies
+    may land on a rank that did not hold them. The search stops on deterministic time
+    (planner/cpsat.py), so the same loads, seed and workers give the same placement."""
+    n_ranks, n_experts = len(ranks), len(per_copy)
+    search_s = CPSAT_SHARE * step.planned_s
+    if (1 - CPSAT_SHARE) * step.planned_s < n_ranks * n_experts * CPSAT_BUILD_S_PER_VARIABLE or search_s < MIN_CPSAT_TIME_S:
+        return ranks, False  # the layer's share cannot pay for building the model, let alone searching it
+    q = np.maximum(1, np.round(per_copy / per_copy.sum() / CPSAT_LOAD_RESOLUTION)).astype(int)
+    # relabel to respect the prefix rule (only when ranks are interchangeable)
+    canonical = ranks if previous is not None else sorted(ranks, key=lambda rank: -sum(q[e] for e in rank))
+    m, x = _cpsat_model(q, copies, canonical, slots_per_rank, previous, budget)
+    solver = cpsat_solver(budget_s=search_s, seed=step.seed, workers=step.workers, wall_guard_s=step.deadline - time.perf_counter())
     status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return ranks, False
@@ -265,9 +285,8 @@ def _cpsat(per_copy: np.ndarray, copies: np.ndarray, ranks: list[list[int]], slo
 
 
 def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, method: ExpertMethod, time_limit_s: float,
-           workers: int, search: bool = True, previous: list[list[int]] | None = None, budget: int | None = None,
+           cpsat: CpsatStep | None = None, search: bool = True, previous: list[list[int]] | None = None, budget: int | None = None,
            grouped: tuple[int, int] | None = None) -> LayerPlacement:
-    deadline = time.perf_counter() + time_limit_s
     if grouped is not None:  # (expert_groups, ranks_per_node): whole groups per node (planner/placement/groups.py)
         heuristic_s = min(SWAP_TIME_LIMIT_S, time_limit_s)
         copies, ranks = place_layer_by_groups(loads, n_ranks, slots_per_rank, *grouped, heuristic_s, time.perf_counter() + heuristic_s)
@@ -283,8 +302,8 @@ def _layer(layer: int, loads: np.ndarray, n_ranks: int, slots_per_rank: int, met
             copies, ranks = _within_budget(loads, previous, budget, min(SWAP_TIME_LIMIT_S, time_limit_s))
     per_copy = loads / copies
     proven = False
-    if method is ExpertMethod.CPSAT:
-        ranks, proven = _cpsat(per_copy, copies, ranks, slots_per_rank, deadline, workers, previous, budget)
+    if method is ExpertMethod.CPSAT and cpsat is not None:
+        ranks, proven = _cpsat(per_copy, copies, ranks, slots_per_rank, cpsat, previous, budget)
     rank_loads = tuple(float(sum(per_copy[e] for e in rank)) for rank in ranks)
     bound = max(float(loads.sum()) / n_ranks, float(per_copy.max()))
     moves = None if previous is None else count_moves(previous, ranks)
@@ -310,14 +329,15 @@ def node_grouping(arch: ModelArch, loads: np.ndarray, n_ranks: int, ranks_per_no
 
 
 def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_per_rank: int = 0, *, method: ExpertMethod | str = ExpertMethod.GREEDY,
-                  time_limit_s: float = 5.0, workers: int = 2, profile: str = "", previous: list[list[int]] | None = None,
+                  time_limit_s: float = 5.0, workers: int = 1, seed: int = 0, profile: str = "", previous: list[list[int]] | None = None,
                   max_moves_per_layer: int | None = None, ranks_per_node: int | None = None) -> ExpertPlacement:
     """Place every MoE layer's experts on `n_ranks` expert-parallel ranks with
     E / n_ranks + redundant_per_rank slots each. `previous`: the physical-to-logical map (one row
     per model layer, rank-major slots) of the placement in service, to stay close to.
     `ranks_per_node`: ranks per scale-up domain; when the ranks span several, the model's routing
     is group-limited and keeping groups whole costs no balance, each expert group (with its copies)
-    stays inside one domain (without a previous placement to stay close to)."""
+    stays inside one domain (without a previous placement to stay close to). With method "cpsat" the
+    same inputs, `workers` and `seed` give the same placement (CP-SAT stops on deterministic time)."""
     start, method = time.perf_counter(), ExpertMethod(method)  # a method given by name
     slots_per_rank = slots_per_rank_for(arch.moe.n_routed_experts, n_ranks, redundant_per_rank)
     moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
@@ -341,7 +361,8 @@ def place_experts(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
             layers.append(replace(same, layer=i))
             continue
         share_s = max(0.0, deadline - time.perf_counter()) / (len(moe_layers) - k)
-        layers.append(_layer(i, loads[k], n_ranks, slots_per_rank, method, share_s, workers, previous=before(i), budget=max_moves_per_layer,
+        step = CpsatStep(time_limit_s / len(moe_layers), deadline, workers, seed)
+        layers.append(_layer(i, loads[k], n_ranks, slots_per_rank, method, share_s, step, previous=before(i), budget=max_moves_per_layer,
                              grouped=grouped))
         if key is not None:
             placed[key] = layers[-1]
@@ -358,5 +379,5 @@ def eplb_baseline(arch: ModelArch, loads: np.ndarray, n_ranks: int, redundant_pe
     start = time.perf_counter()
     slots_per_rank = slots_per_rank_for(arch.moe.n_routed_experts, n_ranks, redundant_per_rank)
     moe_layers = [i for i, moe in enumerate(arch.layer_is_moe) if moe]
-    layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, ExpertMethod.GREEDY, 0.0, 1, search=False) for k, i in enumerate(moe_layers))
+    layers = tuple(_layer(i, loads[k], n_ranks, slots_per_rank, ExpertMethod.GREEDY, 0.0, search=False) for k, i in enumerate(moe_layers))
     return ExpertPlacement(n_ranks, slots_per_rank, layers, "EPLB-style replicate + LPT", time.perf_counter() - start, "")

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
+from planner.cpsat import cpsat_solver
 from planner.modes import SolveStatus
 from planner.solver.linear_terms import term_range, weighted
 
@@ -171,13 +172,10 @@ class Decomposition:
         self.cuts: list[tuple[tuple[tuple[int, int], ...], int]] = []
         self.columns: list[set[tuple[tuple[int, int], ...]]] = [set() for _ in blocks]
 
-    def _solver(self, dtime: float) -> cp_model.CpSolver:
-        """One deterministic worker with the full linear relaxation (these models are small)."""
-        solver = cp_model.CpSolver()
-        p = solver.parameters
-        p.num_workers, p.random_seed, p.linearization_level = 1, self.seed, 2
-        p.max_deterministic_time, p.max_time_in_seconds = dtime, max(0.01, self.deadline - time.perf_counter())
-        return solver
+    def _solver(self, dtime: float, presolve: bool = True) -> cp_model.CpSolver:
+        """One deterministic worker with the full linear relaxation (these models are small), stopped
+        after `dtime` units of work, or at the proof's deadline."""
+        return cpsat_solver(budget_s=self.deadline - time.perf_counter(), deterministic_time=dtime, seed=self.seed, presolve=presolve)
 
     def priced(self, mu: list[int]) -> dict[int, int]:
         """Objective coefficients plus the priced coupling rows."""
@@ -193,8 +191,7 @@ class Decomposition:
         block, coef = args
         terms = tuple((i, coef[i]) for i in block.var_of if coef.get(i))
         block.model.minimize(weighted(block.var_of, terms))
-        solver = self._solver(SUB_DTIME)
-        solver.parameters.cp_model_presolve = False  # a few dozen variables: presolve costs more than it saves
+        solver = self._solver(SUB_DTIME, presolve=False)  # a few dozen variables: presolve costs more than it saves
         status = solver.solve(block.model)
         if status == cp_model.INFEASIBLE:
             return None

@@ -245,6 +245,15 @@ def _best_per_token(candidates: list[Candidate]) -> tuple[str, float, Candidate 
     return text, cost, candidate
 
 
+def _replicas_of(c: Candidate, replicas: int) -> str:
+    """"3 replicas of gb200-nvl72 TP2 (2 accelerators each), batch 26": the count is of replicas, not racks."""
+    role = "" if c.role is ServingRole.AGGREGATED else f"{c.role} "
+    mtp = f", MTP {c.draft_tokens} draft tokens" if c.draft_tokens else ""
+    n = c.layout.n_accelerators
+    return (f"{replicas} {role}replica{'s' if replicas != 1 else ''} of {c.rack_id} {c.layout.name} "
+            f"({n} accelerator{'s' if n != 1 else ''} each), batch {c.batch}{mtp},")
+
+
 def _alternative(result: SolveResult, time_limit_s: float, seed: int, workers: int) -> Alternative | None:
     """The best plan that does not use exactly the chosen set of candidates."""
     chosen = frozenset(j for j, c in enumerate(result.data.candidates)
@@ -255,7 +264,7 @@ def _alternative(result: SolveResult, time_limit_s: float, seed: int, workers: i
     raw = solve_data(data, time_limit_s=time_limit_s, seed=seed, workers=workers)
     if raw.objective is None:
         return Alternative("none", None, None, "no other combination of deployments meets the constraints")
-    picked = [f"{r} x {data.candidates[j].describe()} for {data.candidates[j].workload}" for j, r in sorted(raw.chosen.items())]
+    picked = [f"{_replicas_of(data.candidates[j], r)} for {data.candidates[j].workload}" for j, r in sorted(raw.chosen.items())]
     base = result.stats.objective
     delta = (raw.objective - base) / abs(base) if base else math.inf
     unit = result.stats.objective_unit

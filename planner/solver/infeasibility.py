@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
+from planner.cpsat import cpsat_solver
 from planner.model.architecture import param_counts
 from planner.modes import ConstraintFamily, FamilyKind, ServingRole, SolveStatus
 from planner.precision import bytes_per_value
@@ -82,11 +83,7 @@ def _solve_with_assumptions(data: PlanningData, families: list[str] | None, pres
     literals = v.families
     chosen = list(literals) if families is None else families
     model.add_assumptions([literals[f] for f in chosen if f in literals])
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.linearization_level = 2
-    solver.parameters.max_time_in_seconds = SEARCH_TIME_LIMIT_S
-    solver.parameters.cp_model_presolve = presolve
+    solver = cpsat_solver(budget_s=SEARCH_TIME_LIMIT_S, seed=0, presolve=presolve)
     status = solver.solve(model)
     return status, solver, {lit.index: name for name, lit in literals.items()}
 
@@ -145,17 +142,50 @@ def _racks_needed(data: PlanningData, rack_id: str) -> int | None:
     return hi
 
 
+def _best_per_accelerator(data: PlanningData, workload: str, role: ServingRole):
+    """The workload's candidate in `role` that makes (decode, aggregated) or feeds (prefill) the most
+    output tokens per second per accelerator; None without one."""
+    mine = [c for c in data.candidates if c.workload == workload and c.role is role]
+    return max(mine, key=lambda c: (c.output_tokens_per_s_per_accelerator, -c.accelerators), default=None)
+
+
+def _accelerators_needed(data: PlanningData, workload: str) -> str:
+    """The fewest accelerators the demand needs in each serving mode the workload may use, with the
+    layouts and rates it follows from: separate pools need a decode pool and a prefill pool."""
+    demand = data.demand_tokens_per_s[workload]
+    aggregated, decode, prefill = (_best_per_accelerator(data, workload, r) for r in
+                                   (ServingRole.AGGREGATED, ServingRole.DECODE, ServingRole.PREFILL))
+    ways = []
+    if aggregated is not None:
+        rate = aggregated.output_tokens_per_s_per_accelerator
+        ways.append((math.ceil(demand / rate), f"aggregated, its most efficient layout ({aggregated.rack_id} {aggregated.layout.name}) "
+                                               f"makes {format_rate(rate)} per accelerator: at least {math.ceil(demand / rate)} accelerators"))
+    if decode is not None and prefill is not None:
+        d, p = (math.ceil(demand / c.output_tokens_per_s_per_accelerator) for c in (decode, prefill))
+        ways.append((d + p, f"with separate pools, its most efficient decode layout ({decode.rack_id} {decode.layout.name}) makes "
+                            f"{format_rate(decode.output_tokens_per_s_per_accelerator)} per accelerator and its most efficient prefill "
+                            f"layout ({prefill.rack_id} {prefill.layout.name}) feeds {format_rate(prefill.output_tokens_per_s_per_accelerator)}"
+                            f" per accelerator: at least {d} + {p} = {d + p} accelerators"))
+    return "; ".join(text for _, text in sorted(ways)) if ways else "no layout serves it"
+
+
+def _fleet_size(data: PlanningData) -> str:
+    counted = [(pool.count, pool.domain_size, rack_id) for rack_id, pool in data.pools.items() if pool.count is not None]
+    if len(counted) < len(data.pools):
+        return "the fleet may add racks without limit"
+    return "the fleet has " + " + ".join(f"{n} x {rack_id}" for n, _, rack_id in counted) + \
+        f" ({sum(n * size for n, size, _ in counted)} accelerators)"
+
+
 def _coupled_conflict(result: SolveResult, families: list[ConstraintFamily]) -> Conflict:
     data = result.data
     lines, relax = [], []
     for family in families:
         kind, name = family.kind, family.subject
         if kind is FamilyKind.DEMAND:
-            best = max((c.output_tokens_per_s_per_accelerator, c.rack_id) for c in data.candidates if c.workload == name)
             demand = data.demand_tokens_per_s[name]
-            lines.append(f"workload '{name}' asks for {format_rate(demand)} output tokens; its most efficient layout "
-                         f"({best[1]}) makes {format_rate(best[0])} per accelerator, so it needs at least "
-                         f"{math.ceil(demand / best[0])} accelerators")
+            fleet = "" if any(f.kind is FamilyKind.RACKS for f in families) else f"; {_fleet_size(data)}"
+            lines.append(f"workload '{name}' asks for {format_rate(demand)} output tokens; {_accelerators_needed(data, name)}{fleet}")
             fraction = _max_servable_fraction(data, name)
             relax.append(f"lower workloads[{name}].demand to at most {format_rate(demand * fraction)} ({fraction:.0%} of it)")
         elif kind is FamilyKind.RACKS:

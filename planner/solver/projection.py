@@ -103,8 +103,7 @@ class Front:
         if self.solves > MAX_FRONT_SOLVES:
             raise Wide
         self.model.minimize(objective)
-        solver = self.dec._solver(SOLVE_DTIME)
-        solver.parameters.cp_model_presolve = False
+        solver = self.dec._solver(SOLVE_DTIME, presolve=False)
         status = solver.solve(self.model)
         if status == cp_model.INFEASIBLE:
             return None

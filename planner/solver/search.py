@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model, cp_model_helper
 
+from planner.cpsat import cpsat_solver
 from planner.modes import ServingRole, SolveStatus
 from planner.problem.schema import Objective
 from planner.solver.decompose import Decomposition, Incumbent, Outcome, split_by_block
@@ -26,40 +27,16 @@ from planner.solver.model_builder import (
 )
 from planner.solver.projection import prove
 
-__all__ = ["RawSolution", "STATUS_NAMES", "decompose_model", "hint_plan", "set_parameters", "solve_by_workload", "solve_data"]
+__all__ = ["RawSolution", "STATUS_NAMES", "decompose_model", "hint_plan", "solve_by_workload", "solve_data"]
 
 SEARCH_SHARE = 0.85  # of the time limit for the two search phases; the canonical tie-break gets the rest
 SINGLE_WORKER_SHARE = 0.4  # of the search time for the single-worker first phase
 SINGLE_WORKER_MIN_S = 1.0
-DETERMINISTIC_SHARE = 0.8  # deterministic-time budget per second of wall-clock budget (dtime runs ~1.2x wall here)
-INTERLEAVE_BATCH_SIZE = 12
-SINGLE_WORKER_LINEARIZATION = 2
 MIN_SEARCH_S = 0.1  # CP-SAT's share when the decomposition took the budget
 DECOMPOSE_MIN_CANDIDATES = 150  # below this, CP-SAT alone proves the bundled fleets optimal in well under a second
 TIE_BREAK_TIME_LIMIT_S = 5.0  # fixed, so that multi-worker runs do not depend on the worker count (docs/cpsat.md section 7)
 STATUS_NAMES = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE, cp_model.INFEASIBLE: SolveStatus.INFEASIBLE,
                 cp_model.UNKNOWN: SolveStatus.UNKNOWN, cp_model.MODEL_INVALID: SolveStatus.MODEL_INVALID}
-
-
-def set_parameters(solver: cp_model.CpSolver, *, time_limit_s: float, seed: int, workers: int, relative_gap_limit: float = 0.0) -> None:
-    """Every parameter set explicitly. The search stops on deterministic time (a count of work,
-    reproducible), set below the wall-clock limit so that it normally stops first; multi-worker
-    runs interleave subsolvers in fixed batches. A given seed and worker count then reproduce the
-    same search, unless a much slower machine reaches the wall-clock limit first."""
-    p = solver.parameters
-    p.num_workers = workers
-    p.random_seed = seed
-    p.max_deterministic_time = DETERMINISTIC_SHARE * time_limit_s
-    p.max_time_in_seconds = time_limit_s
-    p.relative_gap_limit = relative_gap_limit
-    p.presolve_inclusion_work_limit = 0  # or-tools#5293: wrong optimum with large enforced Boolean sums
-    if workers == 1:
-        # The single LP worker with the full linear relaxation and cuts closes the covering and
-        # packing gap at the root: the bundled mixed fleet takes 11 conflicts instead of 77k.
-        p.linearization_level = SINGLE_WORKER_LINEARIZATION
-    else:
-        p.interleave_search = True
-        p.interleave_batch_size = INTERLEAVE_BATCH_SIZE
 
 
 @dataclass(frozen=True)
@@ -114,9 +91,8 @@ def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed
     """Deterministic search: one worker with the full linear relaxation first (it proves most of
     these models optimal in milliseconds and closes the gap fastest on large fleets); if it has not
     finished, the requested workers continue from its best plan (hinted)."""
-    first = cp_model.CpSolver()
     budget = time_limit_s if workers == 1 else min(time_limit_s, max(SINGLE_WORKER_MIN_S, SINGLE_WORKER_SHARE * time_limit_s))
-    set_parameters(first, time_limit_s=budget, seed=seed, workers=1, relative_gap_limit=relative_gap_limit)
+    first = cpsat_solver(budget_s=budget, seed=seed, workers=1, relative_gap_limit=relative_gap_limit)
     on_bound = getattr(callback, "on_bound", None)  # a callback that also follows bound-only improvements
     if on_bound is not None:
         first.best_bound_callback = on_bound
@@ -125,8 +101,7 @@ def _minimise(model: cp_model.CpModel, v: PlanVars, *, time_limit_s: float, seed
         return first, status, first.wall_time
     if status == cp_model.FEASIBLE:
         _hint(model, v, first)
-    second = cp_model.CpSolver()
-    set_parameters(second, time_limit_s=time_limit_s - budget, seed=seed, workers=workers, relative_gap_limit=relative_gap_limit)
+    second = cpsat_solver(budget_s=time_limit_s - budget, seed=seed, workers=workers, relative_gap_limit=relative_gap_limit)
     if on_bound is not None:
         second.best_bound_callback = on_bound
     status_two = second.solve(model, callback) if callback else second.solve(model)
@@ -259,8 +234,7 @@ def _canonical(model: cp_model.CpModel, v: PlanVars, data: PlanningData, objecti
     _hint(model, v, incumbent)
     model.add(objective <= value)
     model.minimize(tie_break_objective(v, data))
-    solver = cp_model.CpSolver()
-    set_parameters(solver, time_limit_s=min((1 - SEARCH_SHARE) * time_limit_s, TIE_BREAK_TIME_LIMIT_S), seed=seed, workers=1)
+    solver = cpsat_solver(budget_s=min((1 - SEARCH_SHARE) * time_limit_s, TIE_BREAK_TIME_LIMIT_S), seed=seed, workers=1)
     status = solver.solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return v.extract(solver), solver.wall_time

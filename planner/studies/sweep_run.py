@@ -9,10 +9,10 @@ do depend on it (`solve_s`) are named in `RUN_DEPENDENT`.
 import json
 import multiprocessing
 import os
+import signal
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
 from pathlib import Path
 
@@ -30,8 +30,9 @@ def solve_point(point: SweepPoint, base_dir: str, time_limit_s: float, seed: int
     from planner.errors import PlannerInputError
     from planner.problem.resolve import resolve_problem
     from planner.problem.schema import parse_problem
+    from planner.solver.infeasibility import explain_infeasibility
     from planner.solver.solve import solve
-    from planner.studies.sweeps import workload_rows
+    from planner.studies.sweeps import infeasibility_note, workload_rows
 
     head = {"point": point.index, "id": point.id, **point.labels}
     start = time.perf_counter()
@@ -39,7 +40,8 @@ def solve_point(point: SweepPoint, base_dir: str, time_limit_s: float, seed: int
         resolved = resolve_problem(parse_problem(point.problem, source=point.id), base_dir=Path(base_dir), source=point.id)
         result = solve(resolved, time_limit_s=time_limit_s, seed=seed, workers=1, explain=False)
         stats, planned = result.stats, result.has_plan
-        return [{**head, "workload": row.workload, "status": row.status, "reason": row.note,
+        why = None if planned else infeasibility_note(explain_infeasibility(result))  # what `planner solve` says, on one line
+        return [{**head, "workload": row.workload, "status": row.status, "reason": why if why and row.note == row.status else row.note,
                  **{k: v for k, v in asdict(row).items() if k not in ("workload", "status", "note")},
                  "objective": stats.objective if planned else None, "bound": stats.best_bound if planned else None,
                  "gap": stats.gap if planned else None, "objective_unit": stats.objective_unit, "solve_s": time.perf_counter() - start}
@@ -78,18 +80,31 @@ def _append(out_dir: Path, point: SweepPoint, rows: list[dict]) -> None:
 Progress = Callable[[int, int], None]
 
 
+def _solve_indexed(task: tuple[int, SweepPoint, tuple]) -> tuple[int, list[dict]]:
+    k, point, args = task
+    return k, solve_point(point, *args)
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them all at once (a worker interrupted on its
+    own would die mid-task and leave the pool waiting for it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _local(points: list[SweepPoint], args: tuple, workers: int) -> Iterable[tuple[SweepPoint, list[dict]]]:
     if workers <= 1:
         for p in points:
             yield p, solve_point(p, *args)
         return
     # spawn, not fork: the parent runs a progress-bar thread, and a forked child could inherit a held lock
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending = {pool.submit(solve_point, p, *args): p for p in points}
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                yield pending.pop(future), future.result()
+    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_ignore_interrupts)
+    try:
+        for k, rows in pool.imap_unordered(_solve_indexed, [(k, p, args) for k, p in enumerate(points)]):
+            yield points[k], rows
+        pool.close()
+    finally:
+        pool.terminate()  # on Ctrl-C (or any error) the points in progress stop now; finished ones are already written
+        pool.join()
 
 
 def _ray(points: list[SweepPoint], args: tuple, address: str) -> Iterable[tuple[SweepPoint, list[dict]]]:
@@ -119,9 +134,12 @@ def run_sweep(points: list[SweepPoint], out_dir: Path, base_dir: Path, time_limi
     if progress:
         progress(len(points) - len(todo), len(points))
     runner = _ray(todo, args, ray_address) if ray_address else _local(todo, args, workers)
-    for point, rows in runner:
-        _append(out_dir, point, rows)
-        done[point.index] = rows
-        if progress:
-            progress(len(done), len(points))
+    try:
+        for point, rows in runner:
+            _append(out_dir, point, rows)
+            done[point.index] = rows
+            if progress:
+                progress(len(done), len(points))
+    finally:
+        runner.close()  # interrupted: the local workers stop at once, not when the traceback is freed
     return [row for p in points for row in done.get(p.index, [])]

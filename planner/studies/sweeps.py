@@ -41,6 +41,7 @@ __all__ = [
     "FrontierPoint",
     "batch_curve",
     "compare_racks",
+    "infeasibility_note",
     "sweep_frontier",
     "workload_rows",
 ]
@@ -85,6 +86,16 @@ def _check_rack_ids(resolved: ResolvedProblem, rack_ids: list[str]) -> None:
         raise PlannerInputError(issues, "--racks")
 
 
+def infeasibility_note(report) -> str:
+    """An infeasibility report (solver.infeasibility.InfeasibilityReport) on one line: its first
+    conflict with the numbers, else its summary."""
+    if not report.conflicts:
+        return report.summary
+    lines = [line.strip() for line in report.conflicts[0].message.splitlines()]
+    text = " ".join(lines[1:] if len(lines) > 1 and lines[0].endswith(":") else lines)
+    return text + "".join(f"; relax: {fix}" for fix in report.conflicts[0].relax[:1])
+
+
 def workload_rows(result: SolveResult) -> list[CompareRow]:
     """One row per workload of a solved problem on whatever racks its plan uses (`planner sweep`)."""
     return _rows_of(result, None)
@@ -99,10 +110,7 @@ def _rows_of(result: SolveResult, rack_id: str | None) -> list[CompareRow]:
         rack = rack_id or "+".join(racks_of)
         accel = "+".join(dict.fromkeys(resolved.hardware.racks[r].accelerator.id for r in ([rack_id] if rack_id else racks_of)))
         if not result.has_plan or not mine:
-            note = result.infeasibility.summary if result.infeasibility is not None else result.status
-            if result.infeasibility is not None and result.infeasibility.conflicts:
-                lines = [line.strip() for line in result.infeasibility.conflicts[0].message.splitlines()]
-                note = " ".join(lines[1:] if len(lines) > 1 and lines[0].endswith(":") else lines)
+            note = infeasibility_note(result.infeasibility) if result.infeasibility is not None else result.status
             rows.append(CompareRow(rack, accel, w.name, result.status, None, None, None, None, 0, 0, 0.0, "", "", "", note,
                                    w.output_tokens_per_s))
             continue
@@ -115,7 +123,7 @@ def _rows_of(result: SolveResult, rack_id: str | None) -> list[CompareRow]:
                 if d in mine:
                     racks |= {role.rack for role in result.placement.of_deployment(i)}
         cost = result.workload_usd_per_million_output_tokens(w.name)
-        layouts = "; ".join(f"{_role_prefix(d.candidate)}{d.candidate.layout.describe().split(' = ')[0]}, batch {d.candidate.batch} "
+        layouts = "; ".join(f"{_role_prefix(d.candidate)}{d.candidate.layout.name}, batch {d.candidate.batch} "
                             f"x {d.replicas}" for d in mine)
         rows.append(CompareRow(
             rack, accel, w.name, result.status, cost, served / accelerators,
@@ -228,7 +236,7 @@ def _point(limit_s: float, data, raw: RawSolution, hinted: bool) -> FrontierPoin
     served = served_tokens_per_s(chosen)
     demand = data.demand_tokens_per_s[data.workloads[0]]
     cost = usd_per_million_tokens(usd / SECONDS_PER_HOUR, served) if demand is not None else sum(c.usd_per_million_output_tokens for c, _ in chosen)
-    plan = "; ".join(f"{_role_prefix(c)}{c.rack_id} {c.layout.describe().split(' = ')[0]}, batch {c.batch} x {r}" for c, r in chosen)
+    plan = "; ".join(f"{_role_prefix(c)}{c.rack_id} {c.layout.name}, batch {c.batch} x {r}" for c, r in chosen)
     return FrontierPoint(limit_s, raw.status, max(c.tpot_s for c, _ in makers), cost, usd, sum(c.accelerators * r for c, r in chosen),
                          plan, max(c.batch for c, _ in makers), hinted)
 
