@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from planner import __version__
 from planner.errors import InputIssue, PlannerInputError, parse_json_text
@@ -37,12 +37,12 @@ class ServiceSettings:
     limits: Limits = field(default_factory=Limits)
 
 
-def _error(status: int, issues: list[InputIssue], message: str, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": message, "issues": [{"field": i.field, "problem": i.problem, "fix": i.fix} for i in issues]},
-                        status_code=status, headers=headers)
+def _error(status: int, issues: list[InputIssue], message: str, headers: dict | None = None) -> Response:
+    record = {"error": message, "issues": [{"field": i.field, "problem": i.problem, "fix": i.fix} for i in issues]}
+    return Response(json.dumps(record), status_code=status, headers=headers, media_type="application/json")  # ASCII: any text encodes
 
 
-def _input_error(exc: PlannerInputError) -> JSONResponse:
+def _input_error(exc: PlannerInputError) -> Response:
     return _error(400, list(exc.issues), exc.render())
 
 
@@ -68,7 +68,12 @@ def _parse_body(raw: bytes) -> object:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PlannerInputError(InputIssue("(body)", f"not UTF-8 text (byte {exc.start})", "send the JSON as UTF-8")) from None
-    return parse_json_text(text or "null", "(body)", fix="send a JSON object, e.g. {\"problem\": \"deepseek-v3-gb200-nvl72\"}")
+    body = parse_json_text(text or "null", "(body)", fix="send a JSON object, e.g. {\"problem\": \"deepseek-v3-gb200-nvl72\"}")
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (\ud800) is valid JSON but no text: no name, file or script can hold it
+        raise PlannerInputError(InputIssue("(body)", "a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)", "send real text")) from None
+    return body
 
 
 def _authorised(request: Request, token: str | None) -> bool:
