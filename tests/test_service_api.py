@@ -199,3 +199,15 @@ def test_view_plot_draws_every_accelerator_of_the_plan(solved, tmp_path):
     assert text.count(", stage ") == placed and text.count(": idle</title>") == in_racks - placed
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["view", str(plan_path), "--plot", str(tmp_path / "plan.gif")]) == 2
+
+
+def test_work_past_its_deadline_stops_at_the_next_step():
+    import time
+
+    past = actions.Limits(deadline=time.monotonic() - 1)
+    for name, body in (("frontier", {"problem": "llama-3.1-70b-hgx-h100", "points": 200}), ("compare", {"problem": "llama-3.1-70b-hgx-h100"}),
+                       ("solve", {"problem": BUNDLED, "seed": 7})):
+        started = time.monotonic()
+        with pytest.raises(actions.OutOfTime):
+            actions.action_answer(name, body, past)
+        assert time.monotonic() - started < 5, name  # 200 frontier points or 18 rack types would take minutes

@@ -2,6 +2,7 @@
 CLI's command handlers (planner/cli/), and the same JSON records the CLI writes with --json."""
 
 import json
+import time
 from dataclasses import dataclass
 
 from planner.cli.catalog import catalog_record
@@ -15,9 +16,13 @@ from planner.output.placement_picture import COLOUR_BY, placement_svg
 from planner.service.inputs import bundled_problems, command_args, problem_input, resolved_plan_problem
 from planner.units import MS
 
-__all__ = ["ACTIONS", "Limits", "action_answer", "catalog_answer", "problems_answer", "schema_answer", "to_json"]
+__all__ = ["ACTIONS", "Limits", "OutOfTime", "action_answer", "catalog_answer", "problems_answer", "schema_answer", "to_json"]
 
 PLACEHOLDER = "PROBLEM"  # the positional problem argument; the problem itself comes from the request
+
+
+class OutOfTime(Exception):
+    """A request's work passed its deadline (checked between the steps the library reports)."""
 
 
 @dataclass(frozen=True)
@@ -26,9 +31,16 @@ class Limits:
 
     time_limit_s: float = 30.0  # CP-SAT time limit of one solve (a frontier's every point), at most
     solver_workers: int = 2  # CP-SAT threads of one solve, at most
+    deadline: float | None = None  # time.monotonic() after which the request's work stops at its next step
 
     def time_limit(self, requested: float | None, problem_default: float) -> float:
         return min(requested if requested is not None else problem_default, self.time_limit_s, MAX_TIME_LIMIT_S)
+
+    def check(self, *_progress) -> None:
+        """A progress callback: stops the work (OutOfTime) once the deadline has passed, so that an
+        abandoned request (answered 504) frees its worker after one more step, not after every step."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise OutOfTime()
 
 
 def to_json(record: object) -> bytes:
@@ -53,7 +65,8 @@ def solve_answer(body: dict, limits: Limits) -> dict:
         problem = problem.model_copy(update={"solver": problem.solver.model_copy(update={"confidence": Confidence(args.confidence)})})
     resolved = resolve_problem(problem, base_dir=given.base_dir, source=given.source)
     workers = min(args.workers or problem.solver.workers, limits.solver_workers)
-    result = solve(resolved, time_limit_s=limits.time_limit(args.time_limit, problem.solver.time_limit_s), seed=args.seed, workers=workers)
+    result = solve(resolved, time_limit_s=limits.time_limit(args.time_limit, problem.solver.time_limit_s), seed=args.seed, workers=workers,
+                   progress=limits.check)
     return solve_record(result)
 
 
@@ -84,7 +97,8 @@ def compare_answer(body: dict, limits: Limits) -> dict:
     if not racks:
         raise PlannerInputError(InputIssue("racks", f"no rack id in {args.racks!r}", "give rack ids, e.g. [\"hgx-h100\", \"gb200-nvl72\"]"))
     rows = compare_racks(given.problem, racks, base_dir=given.base_dir, count=args.count,
-                         time_limit_s=limits.time_limit(args.time_limit, given.problem.solver.time_limit_s), workers=limits.solver_workers)
+                         time_limit_s=limits.time_limit(args.time_limit, given.problem.solver.time_limit_s), workers=limits.solver_workers,
+                         progress=limits.check)
     return compare_record(rows)
 
 
@@ -98,7 +112,8 @@ def frontier_answer(body: dict, limits: Limits) -> dict:
     frontier = sweep_frontier(given.problem, base_dir=given.base_dir, workload=args.workload, points=args.points,
                               min_tpot_s=None if args.min_tpot_ms is None else args.min_tpot_ms * MS,
                               max_tpot_s=None if args.max_tpot_ms is None else args.max_tpot_ms * MS,
-                              time_limit_s=limits.time_limit(args.time_limit, given.problem.solver.time_limit_s), workers=limits.solver_workers)
+                              time_limit_s=limits.time_limit(args.time_limit, given.problem.solver.time_limit_s), workers=limits.solver_workers,
+                              progress=limits.check)
     return frontier_record(frontier)
 
 

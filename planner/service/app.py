@@ -8,7 +8,8 @@ import asyncio
 import hmac
 import json
 import logging
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
 from fastapi import FastAPI, Request
@@ -16,7 +17,7 @@ from fastapi.responses import Response
 
 from planner import __version__
 from planner.errors import InputIssue, PlannerInputError, parse_json_text
-from planner.service.actions import ACTIONS, Limits, action_answer, catalog_answer, problems_answer, schema_answer, to_json
+from planner.service.actions import ACTIONS, Limits, OutOfTime, action_answer, catalog_answer, problems_answer, schema_answer, to_json
 from planner.service.pool import AnswerCache, Busy, WorkPool
 
 __all__ = ["ServiceSettings", "create_app"]
@@ -83,8 +84,13 @@ def _authorised(request: Request, token: str | None) -> bool:
     return given.startswith("Bearer ") and hmac.compare_digest(given[len("Bearer "):].encode(), token.encode())
 
 
-def _run_action(name: str, body: object, limits: Limits) -> tuple[str, bytes]:
-    answer = action_answer(name, body, limits)
+def _run_action(name: str, body: object, limits: Limits, timeout_s: float) -> tuple[str, bytes]:
+    """On a worker thread: the answer, its work stopped at the request's deadline (counted from the
+    moment a worker takes it)."""
+    try:
+        answer = action_answer(name, body, replace(limits, deadline=time.monotonic() + timeout_s))
+    except OutOfTime:
+        raise asyncio.TimeoutError() from None
     return ("image/svg+xml", answer.encode()) if isinstance(answer, str) else ("application/json", to_json(answer))
 
 
@@ -120,7 +126,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         if cached is not None:
             return Response(cached[1], media_type=cached[0], headers={"X-Planner-Cache": "hit"})
         try:
-            media, content = await pool.run(_run_action, action, body, settings.limits)
+            media, content = await pool.run(_run_action, action, body, settings.limits, settings.request_timeout_s)
         except PlannerInputError as exc:
             return _input_error(exc)
         except Busy:
