@@ -15,7 +15,7 @@ COLOUR_BY = ("replica", "stage", "expert")
 PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
            "#86bcb6", "#d37295"]
 IDLE, BROKEN = "#f4f4f4", "#444444"
-CELL_W, CELL_H, GAP, HOSTS_PER_COLUMN, TITLE_H, MARGIN = 58, 30, 3, 9, 22, 10
+CELL_W, CELL_H, GAP, HOSTS_PER_COLUMN, TITLE_H, MARGIN, TEXT_W = 62, 34, 3, 9, 20, 10, 7.0  # pixels; TEXT_W: a 13 px character
 
 
 @dataclass(frozen=True)
@@ -31,26 +31,31 @@ class Box:
     title: str = ""
 
 
-def _fill(d_index: int, role: dict, colour_by: str, n_ranks: int) -> str:
-    if colour_by == "expert" and role.get("ep_rank") is not None:
-        hue = 360.0 * role["ep_rank"] / max(n_ranks, 1)
-        return f"hsl({hue:.0f},65%,55%)"
-    key = role["stage"] if colour_by == "stage" else role["replica"]
-    return PALETTE[(d_index * 3 + key) % len(PALETTE)]
-
-
 def _cells(record: dict, colour_by: str) -> dict[str, tuple[str, str, str]]:
-    """accelerator -> (fill, label, tooltip)."""
-    cells = {}
+    """accelerator -> (fill, label, tooltip). Deployments are numbered from 1 (the legend's numbers);
+    each (deployment, replica) or (deployment, stage) takes the next palette colour in turn."""
+    cells, groups = {}, {}
     for i, d in enumerate(record["deployments"]):
-        role_kind = {"prefill": "P ", "decode": "D "}.get(d.get("role", "aggregated"), "")
+        kind = {"prefill": " P", "decode": " D"}.get(d.get("role", "aggregated"), "")
         for role in d.get("placement", []):
-            label = f"{role_kind}r{role['replica']} s{role['stage']}" + (f" e{role['ep_rank']}" if role.get("ep_rank") is not None else "")
-            tip = (f"{role['accelerator']}: {d['workload']} {d.get('role', 'aggregated')}, replica {role['replica']}, stage {role['stage']} "
-                   f"(layers {role['layers'][0]}-{role['layers'][1] - 1}), tp rank {role['tp_rank']}, dp rank {role['dp_rank']}"
-                   + (f", expert rank {role['ep_rank']}" if role.get("ep_rank") is not None else ""))
-            cells[role["accelerator"]] = (_fill(i, role, colour_by, d["ep"]), label, tip)
+            expert = role.get("ep_rank")
+            if colour_by == "expert" and expert is not None:
+                fill = f"hsl({360.0 * expert / max(d['ep'], 1):.0f},65%,55%)"
+            else:
+                key = (i, role["stage"] if colour_by == "stage" else role["replica"])
+                fill = PALETTE[groups.setdefault(key, len(groups)) % len(PALETTE)]
+            label = f"{i + 1}:{d['workload'][:7]}{kind}\nr{role['replica']} s{role['stage']}" + (f" e{expert}" if expert is not None else "")
+            tip = (f"{role['accelerator']}: deployment {i + 1}, {d['workload']} {d.get('role', 'aggregated')}, replica {role['replica']}, "
+                   f"stage {role['stage']} (layers {role['layers'][0]}-{role['layers'][1] - 1}), tp rank {role['tp_rank']}, "
+                   f"dp rank {role['dp_rank']}" + (f", expert rank {expert}" if expert is not None else ""))
+            cells[role["accelerator"]] = (fill, label, tip)
     return cells
+
+
+def _legend(record: dict, colour_by: str) -> list[str]:
+    return [f"colour: {colour_by}; cells: deployment:workload (P prefill, D decode pool), replica r, stage s, expert rank e"] + \
+        [f"{i + 1}: {d['workload']}{'' if d.get('role', 'aggregated') == 'aggregated' else ' ' + d['role']}, {d['replicas']} x "
+         f"TP{d['tp']} DPattn{d['dp_attn']} EP{d['ep']} PP{d['pp']} on {d['rack']}" for i, d in enumerate(record["deployments"])]
 
 
 def placement_boxes(record: dict, colour_by: str = "replica") -> tuple[list[Box], float, float]:
@@ -58,11 +63,10 @@ def placement_boxes(record: dict, colour_by: str = "replica") -> tuple[list[Box]
     one line at the end."""
     cells = _cells(record, colour_by)
     boxes: list[Box] = []
-    legend = "; ".join(f"{d['workload']}{'' if d.get('role', 'aggregated') == 'aggregated' else ' ' + d['role']}: {d['replicas']} x "
-                       f"TP{d['tp']} DPattn{d['dp_attn']} EP{d['ep']} PP{d['pp']} on {d['rack']}" for d in record["deployments"])
-    boxes.append(Box(MARGIN, MARGIN, 0, TITLE_H, None, f"colour: {colour_by}; {legend}"))
-    y, width = MARGIN + TITLE_H, 600.0
-    idle = []
+    y, width, idle = MARGIN, 600.0, []
+    for line in _legend(record, colour_by):
+        boxes.append(Box(MARGIN, y, 0, TITLE_H, None, line))
+        width, y = max(width, MARGIN + TEXT_W * len(line)), y + TITLE_H
     for name, info in (record.get("racks") or {}).items():
         size, host = info["accelerators"], max(1, min(info.get("accelerators_per_host") or info["accelerators"], info["accelerators"]))
         used = sum(1 for k in range(size) if f"{name}/{k}" in cells)
@@ -71,8 +75,6 @@ def placement_boxes(record: dict, colour_by: str = "replica") -> tuple[list[Box]
             continue
         boxes.append(Box(MARGIN, y, 0, TITLE_H, None, f"{name}: {used}/{size} accelerators in use"))
         y += TITLE_H
-        hosts = -(-size // host)
-        rows = min(hosts, HOSTS_PER_COLUMN)
         broken = set(info.get("unavailable", []))
         for k in range(size):
             h_index, slot = divmod(k, host)
@@ -82,7 +84,7 @@ def placement_boxes(record: dict, colour_by: str = "replica") -> tuple[list[Box]
             fill, label, tip = (BROKEN, "x", f"{node}: unavailable") if k in broken else cells.get(node, (IDLE, "", f"{node}: idle"))
             boxes.append(Box(x, y + row * (CELL_H + GAP), CELL_W, CELL_H, fill, label, tip))
             width = max(width, x + CELL_W + MARGIN)
-        y += rows * (CELL_H + GAP) + GAP
+        y += min(-(-size // host), HOSTS_PER_COLUMN) * (CELL_H + GAP) + GAP
     if idle:
         boxes.append(Box(MARGIN, y, 0, TITLE_H, None, f"idle racks: {len(idle)} ({', '.join(idle[:6])}{', ...' if len(idle) > 6 else ''})"))
         y += TITLE_H
@@ -99,10 +101,11 @@ def placement_svg(record: dict, colour_by: str = "replica") -> str:
             parts.append(f'<text x="{b.x:.0f}" y="{b.y + b.h * 0.7:.0f}" font-size="13" fill="#222">{escape(b.text)}</text>')
             continue
         ink = "#fff" if b.fill in (BROKEN,) else "#111"
+        lines = b.text.split("\n")
+        text = "".join(f'<tspan x="{b.x + b.w / 2:.0f}" dy="{0 if k == 0 else 11}">{escape(line)}</tspan>' for k, line in enumerate(lines))
         parts.append(f'<g><title>{escape(b.title)}</title><rect x="{b.x:.0f}" y="{b.y:.0f}" width="{b.w:.0f}" height="{b.h:.0f}" '
                      f'rx="3" fill="{b.fill}" stroke="#888" stroke-width="0.5"/>'
-                     f'<text x="{b.x + b.w / 2:.0f}" y="{b.y + b.h * 0.62:.0f}" font-size="9" text-anchor="middle" fill="{ink}">'
-                     f'{escape(b.text)}</text></g>')
+                     f'<text y="{b.y + b.h / 2 + 3 - 5.5 * (len(lines) - 1):.0f}" font-size="9" text-anchor="middle" fill="{ink}">{text}</text></g>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
@@ -136,7 +139,7 @@ def placement_png(record: dict, path: str | Path, colour_by: str = "replica") ->
             ax.text(b.x, b.y + b.h * 0.7, b.text, fontsize=9, color="#222")
             continue
         ax.add_patch(Rectangle((b.x, b.y), b.w, b.h, facecolor=_matplotlib_colour(b.fill), edgecolor="#888", linewidth=0.5))
-        ax.text(b.x + b.w / 2, b.y + b.h * 0.62, b.text, fontsize=6, ha="center", color="#fff" if b.fill == BROKEN else "#111")
+        ax.text(b.x + b.w / 2, b.y + b.h / 2, b.text, fontsize=5.5, ha="center", va="center", color="#fff" if b.fill == BROKEN else "#111")
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(target, dpi=dpi)

@@ -2,6 +2,7 @@
 "use strict";
 const state = {problems: {}, name: null, plan: null, tab: "plan"};
 const $ = id => document.getElementById(id);
+const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
 
 function fmtSeconds(s) { return s === null || s === undefined ? "-" : s < 1 ? `${(s * 1000).toPrecision(3)} ms` : `${s.toPrecision(3)} s`; }
 function fmtUsd(v, digits = 4) { return v === null || v === undefined ? "-" : `$${v.toFixed(digits)}`; }
@@ -43,7 +44,17 @@ function choose(name) {
   updateUrl();
 }
 
+function fillWorkloads() {
+  let names = [];
+  try { const ref = problemRef(); const doc = typeof ref === "string" ? state.problems[ref] : ref; names = (doc.workloads || []).map(w => w.name); } catch (e) { /* shown on solve */ }
+  const select = $("frontier-workload");
+  const chosen = select.value;
+  select.replaceChildren(...names.map(n => { const o = document.createElement("option"); o.textContent = n; return o; }));
+  if (names.includes(chosen)) select.value = chosen;
+}
+
 function updateUrl() {
+  fillWorkloads();
   const url = new URL(window.location.href);
   url.search = ""; url.hash = "";
   let ref;
@@ -126,10 +137,11 @@ async function compare() {
   const body = {problem: problemRef(), racks};
   if ($("time-limit").value) body.time_limit = Number($("time-limit").value);
   const answer = await api("POST", "/v1/compare", body);
-  const rows = answer.rows.map(r => ({label: `${r.rack_id} (${r.workload})`, value: r.usd_per_million_output_tokens,
+  const rackIds = [...new Set(answer.rows.map(r => r.rack_id))];
+  const rows = answer.rows.map(r => ({label: `${r.rack_id} (${r.workload})`, value: r.usd_per_million_output_tokens, rack: rackIds.indexOf(r.rack_id),
                                       note: r.usd_per_million_output_tokens === null ? r.note || r.status : `${r.layouts}`}));
   barChart($("compare-chart"), rows, {title: "Cost per million output tokens on each rack type alone", axis: "USD per million output tokens",
-                                      format: v => fmtUsd(v, 3), colour: (r, i) => ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1"][i % 7]});
+                                      format: v => fmtUsd(v, 3), colour: r => PALETTE[r.rack % PALETTE.length]});
   const table = $("compare-table");
   table.tHead.replaceChildren(row(["rack", "workload", "status", "$/M out", "tok/s per acc.", "TPOT", "accelerators", "racks", "$/h", "binds", "plan"], true));
   table.tBodies[0].replaceChildren(...answer.rows.map(r => row([r.rack_id, r.workload, r.status, fmtUsd(r.usd_per_million_output_tokens),
