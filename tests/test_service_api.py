@@ -212,3 +212,40 @@ def test_work_past_its_deadline_stops_at_the_next_step():
         with pytest.raises(actions.OutOfTime):
             actions.action_answer(name, body, past)
         assert time.monotonic() - started < 5, name  # 200 frontier points or 18 rack types would take minutes
+
+
+def test_concurrent_solves_on_the_pool_agree_with_one_at_a_time(solved):
+    """The worker threads share the library's caches: plans solved side by side equal the CLI's."""
+    cli = solved[1]
+    answers = []
+    with TestClient(create_app(ServiceSettings(workers=2, backlog=8))) as c:
+        def ask(seed: int):
+            answers.append(c.post("/v1/solve", json={"problem": BUNDLED, "seed": seed}))
+
+        threads = [threading.Thread(target=ask, args=(seed,)) for seed in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert [a.status_code for a in answers] == [200] * 4
+    for a in answers:
+        assert a.json()["solver"]["objective"] == cli["solver"]["objective"]
+        assert [(d["tp"], d["ep"], d["batch_per_replica"]) for d in a.json()["deployments"]] == \
+            [(d["tp"], d["ep"], d["batch_per_replica"]) for d in cli["deployments"]]
+
+
+def test_the_openapi_document_carries_the_problem_and_plan_schemas_and_the_cli_options(client):
+    from planner.output.plan import plan_json_schema
+    from planner.problem.schema import problem_json_schema
+
+    document = client.get("/openapi.json").json()
+    components = document["components"]["schemas"]
+    assert set(components["Problem"]["properties"]) == set(problem_json_schema()["properties"])
+    assert set(components["Plan"]["properties"]) == set(plan_json_schema()["properties"])
+    referred = set(re.findall(r"#/components/schemas/([\w-]+)", json.dumps(document)))
+    assert referred <= set(components)
+    body = lambda path: document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]  # noqa: E731
+    assert set(body("/v1/solve")["properties"]) == {"problem", "time_limit", "seed", "workers", "confidence"}
+    assert body("/v1/solve")["properties"]["confidence"]["enum"] == ["median", "high"]
+    assert body("/v1/export")["properties"]["plan"] == {"$ref": "#/components/schemas/Plan"}
+    assert "--tp" in body("/v1/estimate")["properties"]["tp"]["description"]

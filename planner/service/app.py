@@ -112,7 +112,6 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             LOG.exception("unexpected error in %s", request.url.path)
             return _error(500, [], f"internal error ({type(exc).__name__}); the server's log has the details")
 
-    @app.post("/v1/{action}")
     async def act(action: str, request: Request) -> Response:
         if action not in ACTIONS:
             return _error(404, [InputIssue("(path)", f"no endpoint /v1/{action[:40]}", f"use one of: {', '.join(ACTIONS)}")], "not found")
@@ -137,8 +136,36 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         cache.put(key, (media, content))
         return Response(content, media_type=media)
 
+    _add_actions(app, act)
     _add_reads(app)
     return app
+
+
+def _add_actions(app: FastAPI, act) -> None:
+    """One documented POST route per action (request bodies from planner/service/openapi.py), then a
+    catch-all that names the endpoints that exist."""
+    from fastapi.openapi.utils import get_openapi
+
+    from planner.service.openapi import add_schemas, request_schema
+
+    for name, function in ACTIONS.items():
+        async def endpoint(request: Request, _name: str = name) -> Response:
+            return await act(_name, request)
+
+        body = {"requestBody": {"required": True, "content": {"application/json": {"schema": request_schema(name)}}}}
+        app.add_api_route(f"/v1/{name}", endpoint, methods=["POST"], summary=(function.__doc__ or name).strip().split("\n")[0],
+                          openapi_extra=body, name=name)
+
+    @app.post("/v1/{action}", include_in_schema=False)
+    async def unknown(action: str, request: Request) -> Response:
+        return await act(action, request)
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = add_schemas(get_openapi(title=app.title, version=app.version, routes=app.routes))
+        return app.openapi_schema
+
+    app.openapi = openapi
 
 
 def _add_reads(app: FastAPI) -> None:
@@ -164,11 +191,11 @@ def _add_reads(app: FastAPI) -> None:
         pool = request.app.state.pool
         return {"version": __version__, "workers": pool.workers, "admitted": pool.admitted, "capacity": pool.capacity}
 
-    @app.get("/")
+    @app.get("/", include_in_schema=False)
     async def page() -> Response:
         return Response(_static_text("index.html"), media_type="text/html")
 
-    @app.get("/static/{name}")
+    @app.get("/static/{name}", include_in_schema=False)
     async def static(name: str) -> Response:
         if name not in STATIC:  # a fixed list: the name never becomes a path
             return _error(404, [InputIssue("(path)", "no such file", f"use one of: {', '.join(STATIC)}")], "not found")
