@@ -3,6 +3,7 @@ fixed list, never joined into a path), problem documents (the JSON of a problem 
 paths, plan documents, and command options read by the CLI's own argument parser."""
 
 import argparse
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -128,6 +129,7 @@ def command_args(command: str, options: dict, positional: str | None = None) -> 
             raise _Refused(f"unrecognized arguments: {' '.join(extra)}")
         return args
     except _Refused as exc:
-        name = next((k for k in options if f"{flags[k]}" in str(exc)), "options")
+        named = re.match(r"argument (\S+?):", str(exc))
+        name = next((k for k in options if named and flags[k] in named.group(1).split("/")), "options")
         raise PlannerInputError(InputIssue(name, str(exc), f"see `planner {command} --help` for the option's values")) from None
 

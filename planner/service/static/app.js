@@ -182,7 +182,7 @@ function showTab(tab) {
   updateUrl();
 }
 
-async function start() {
+async function loadProblems() {
   state.problems = await api("GET", "/v1/problems");
   $("bundled").replaceChildren(...Object.keys(state.problems).map(name => {
     const b = document.createElement("button");
@@ -190,6 +190,9 @@ async function start() {
     b.addEventListener("click", () => choose(name));
     return b;
   }));
+}
+
+function wire() {
   $("solve").addEventListener("click", () => busy($("solve"), solve));
   $("run-compare").addEventListener("click", () => busy($("run-compare"), compare));
   $("run-frontier").addEventListener("click", () => busy($("run-frontier"), frontier));
@@ -198,6 +201,17 @@ async function start() {
   document.querySelectorAll("[data-export]").forEach(b => b.addEventListener("click", () => busy(b, () => exportPlan(b.dataset.export))));
   $("download-plan").addEventListener("click", () => state.plan ? download("plan.json", JSON.stringify(state.plan, null, 2), "application/json") : showError("solve a problem first"));
   $("problem-doc").addEventListener("input", () => { updateUrl(); });
+  $("token").value = sessionStorage.getItem("planner-token") || "";
+  $("token").addEventListener("change", () => {
+    sessionStorage.setItem("planner-token", $("token").value);
+    showError("");
+    question().catch(e => showError(e.message));
+  });
+}
+
+// the question the address asks (?problem=NAME or #doc=...), solved at once; else the DeepSeek-V3 problem, not yet solved
+async function question() {
+  await loadProblems();
   const url = new URL(window.location.href);
   const name = url.searchParams.get("problem");
   if (url.searchParams.get("time_limit")) $("time-limit").value = url.searchParams.get("time_limit");
@@ -206,7 +220,12 @@ async function start() {
   else choose(Object.keys(state.problems).includes("deepseek-v3-gb200-nvl72") ? "deepseek-v3-gb200-nvl72" : Object.keys(state.problems)[0]);
   if (url.searchParams.get("tab")) showTab(url.searchParams.get("tab"));
   if (name || url.hash.startsWith("#doc=")) await busy($("solve"), solve);
+}
+
+async function start() {
+  wire();
+  try { await question(); } catch (e) { showError(e.message + ($("token").value ? "" : "\n(a server with a token: enter it above)")); }
   document.body.dataset.ready = "true";
 }
 
-start().catch(e => showError(e.message));
+start();
