@@ -249,3 +249,41 @@ def test_the_openapi_document_carries_the_problem_and_plan_schemas_and_the_cli_o
     assert body("/v1/solve")["properties"]["confidence"]["enum"] == ["median", "high"]
     assert body("/v1/export")["properties"]["plan"] == {"$ref": "#/components/schemas/Plan"}
     assert "--tp" in body("/v1/estimate")["properties"]["tp"]["description"]
+
+
+def test_planner_serve_listens_on_127_0_0_1_and_serves_the_page(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    from planner.cli.parser import build_parser
+
+    assert build_parser().parse_args(["serve"]).host == "127.0.0.1"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parents[1]
+    env = os.environ | {"PYTHONPATH": str(root), "PLANNER_SERVE_TOKEN": "t0ken"}
+    proc = subprocess.Popen([sys.executable, "-m", "planner", "serve", "--port", str(port)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url, health = f"http://127.0.0.1:{port}", None
+        for _ in range(200):
+            try:
+                health = httpx.get(url + "/v1/health", headers={"Authorization": "Bearer t0ken"}, timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert health is not None and health.status_code == 200 and health.json()["capacity"] == 2 + 4
+        assert httpx.get(url + "/v1/health", timeout=2).status_code == 401  # the token from the environment
+        page = httpx.get(url + "/", timeout=2)
+        assert page.status_code == 200 and '<script src="/static/app.js">' in page.text
+        assert "https://" not in page.text and "https://" not in httpx.get(url + "/static/app.js", timeout=2).text  # nothing from outside
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -85,6 +85,7 @@ function row(cells, header) {
 }
 const TEXT_COLUMNS = new Set(["workload", "role", "rack", "layout", "binds", "dominant", "plan", "status"]);
 
+const STEP_TERMS = {compute: "compute", weights: "weights fetch", kv: "KV fetch", comm: "communication", overhead: "kernel floors + elementwise"};
 const PLAN_COLUMNS = ["workload", "role", "rack", "layout", "batch", "replicas", "accelerators", "TPOT", "TTFT", "output tok/s",
                       "$/h", "$/M out", "$/M out p10-p90", "binds", "dominant"];
 
@@ -115,8 +116,11 @@ function renderPlan(plan) {
   $("costs").replaceChildren(...plan.deployments.map(d => {
     const li = document.createElement("li");
     const r = d.usd_per_million_output_tokens_range || [];
+    const step = d.step_time_s || {};
+    const terms = Object.entries(STEP_TERMS).filter(([k]) => step[k]).map(([k, label]) => `${label} ${fmtSeconds(step[k])}`);
     li.textContent = `${d.workload}: ${fmtUsd(d.usd_per_million_output_tokens)} per million output tokens (p10-p90 ${fmtUsd(r[0])} - ${fmtUsd(r[1])}), `
-      + `TPOT ${fmtSeconds(d.tpot_s)} (${(d.tpot_s_range || []).map(fmtSeconds).join(" - ")}), ${fmtUsd(d.usd_per_hour, 2)}/h`;
+      + `TPOT ${fmtSeconds(d.tpot_s)} (${(d.tpot_s_range || []).map(fmtSeconds).join(" - ")}), ${fmtUsd(d.usd_per_hour, 2)}/h`
+      + (terms.length ? `; decode step: ${terms.join(", ")} = ${fmtSeconds(step.total)}` : "");
     return li;
   }));
 }
