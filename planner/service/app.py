@@ -51,15 +51,23 @@ def _static_text(name: str) -> str:
     return resources.files("planner.service").joinpath("static", name).read_text(encoding="utf-8")
 
 
+class TooLarge(PlannerInputError):
+    """A request body over the server's limit (answered 413)."""
+
+    def __init__(self, limit: int):
+        super().__init__(InputIssue("(body)", f"larger than the server's limit of {limit:,} bytes", "send a smaller document"))
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, read no further than `limit` bytes (a declared length over it is refused unread)."""
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise PlannerInputError(InputIssue("(body)", f"larger than the server's limit of {limit:,} bytes", "send a smaller document"))
+        raise TooLarge(limit)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise PlannerInputError(InputIssue("(body)", f"larger than the server's limit of {limit:,} bytes", "send a smaller document"))
+            raise TooLarge(limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -74,6 +82,8 @@ def _parse_body(raw: bytes) -> object:
         json.dumps(body, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (\ud800) is valid JSON but no text: no name, file or script can hold it
         raise PlannerInputError(InputIssue("(body)", "a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)", "send real text")) from None
+    except RecursionError:
+        raise PlannerInputError(InputIssue("(body)", "JSON nested too deeply", "send a problem or plan document")) from None
     return body
 
 
@@ -118,8 +128,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         try:
             body = _parse_body(await _read_body(request, settings.max_body_bytes))
         except PlannerInputError as exc:
-            status = 413 if "limit of" in exc.issues[0].problem else 400
-            return _error(status, list(exc.issues), exc.render())
+            return _error(413 if isinstance(exc, TooLarge) else 400, list(exc.issues), exc.render())
         key = cache.key(action, json.dumps(body, sort_keys=True, default=str).encode())
         cached = cache.get(key)
         if cached is not None:
