@@ -35,6 +35,6 @@ def test_150_hostile_requests_are_refused_without_a_5xx_or_a_traceback():
 
 def test_the_failures_a_hostile_request_finds_are_answered_as_input_errors():
     with TestClient(create_app(), raise_server_exceptions=False) as client:
-        for body in (b"[" * 100_000 + b"]" * 100_000, b'{"problem": "\\ud800"}', b"\xff\xfe", b'{"problem": NaN}', b'{"time_limit": 1e999}'):
+        for body in (b"[" * 100_000 + b"]" * 100_000, b'{"problem": ' + b"[" * 990 + b"]" * 990 + b"}", b'{"problem": "\\ud800"}', b"\xff\xfe", b'{"problem": NaN}', b'{"time_limit": 1e999}'):
             answer = client.post("/v1/solve", content=body)
             assert answer.status_code == 400 and answer.json()["issues"][0]["field"] in ("(body)", "problem"), (body[:40], answer.text)
