@@ -46,8 +46,9 @@ def _malformed(rng: random.Random) -> bytes:
         return text[:rng.randrange(1, len(text) - 1)].encode()  # cut short
     if kind == 1:
         return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))  # random bytes, often not UTF-8
-    if kind == 2:
-        return b"[" * 100_000 + b"]" * 100_000  # nested past any recursion limit
+    if kind == 2:  # nested past the parser's recursion limit, or just below it (parses, then fails to re-encode)
+        depth = rng.choice([100_000, 5000, 1000, 990, 900])
+        return b'{"problem": ' + b"[" * depth + b"]" * depth + b"}"
     if kind == 3:
         return rng.choice([b"NaN", b"{\"problem\": NaN}", b"{\"problem\": Infinity}", b"{\"time_limit\": -Infinity}"])
     if kind == 4:
