@@ -23,7 +23,7 @@ if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
     pytest.skip("Chromium is absent (apt-get install -y chromium chromium-driver; .ci/run installs them)", allow_module_level=True)
 
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 from planner.cli.main import main  # noqa: E402
 from planner.service.app import ServiceSettings, create_app  # noqa: E402
@@ -128,6 +128,13 @@ def test_the_page_solves_compares_downloads_and_refuses(server, browser, cli_pla
     assert script.read_text() == capsys.readouterr().out
 
     browser.find_element(By.ID, "tab-plan").click()
+    Select(browser.find_element(By.ID, "qe-rack")).select_by_visible_text("hgx-h200")  # the quick edit writes the document
+    osl = browser.find_element(By.ID, "qe-osl")
+    osl.clear()
+    osl.send_keys("2048\t")
+    document = json.loads(browser.find_element(By.ID, "problem-doc").get_attribute("value"))
+    assert (document["cluster"]["racks"][0]["type"], document["workloads"][0]["output_tokens"]) == ("hgx-h200", 2048)
+    assert "#doc=" in browser.find_element(By.ID, "share-url").get_attribute("value")  # an edited question travels in the link
     browser.execute_script("const t = document.getElementById('problem-doc'); const doc = JSON.parse(t.value);"
                            "doc.workloads[0].input_tokens = 0; t.value = JSON.stringify(doc, null, 2);"
                            "t.dispatchEvent(new Event('input'));")

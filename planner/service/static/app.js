@@ -44,6 +44,55 @@ function choose(name) {
   updateUrl();
 }
 
+// Quick edit: [input id, read from the document (null: not applicable), write into it (empty value: remove)]
+const QUICK = [
+  ["qe-model", d => typeof d.model === "string" ? d.model : null, (d, v) => { d.model = v; }],
+  ["qe-engine", d => d.engine || "trtllm", (d, v) => { d.engine = v; }],
+  ["qe-objective", d => d.objective || "min_cost", (d, v) => { d.objective = v; }],
+  ["qe-rack", d => d.cluster?.racks?.[0]?.type ?? null, (d, v) => { d.cluster.racks[0].type = v; }],
+  ["qe-count", d => d.cluster?.racks?.[0] ? (d.cluster.racks[0].count ?? "") : null,
+   (d, v) => { if (v === "") delete d.cluster.racks[0].count; else d.cluster.racks[0].count = Number(v); }],
+  ["qe-isl", d => d.workloads?.[0]?.input_tokens ?? null, (d, v) => { d.workloads[0].input_tokens = Number(v); }],
+  ["qe-osl", d => d.workloads?.[0]?.output_tokens ?? null, (d, v) => { d.workloads[0].output_tokens = Number(v); }],
+  ["qe-tpot", d => d.workloads?.[0] ? (d.workloads[0].tpot_limit_ms ?? "") : null,
+   (d, v) => { if (v === "") delete d.workloads[0].tpot_limit_ms; else d.workloads[0].tpot_limit_ms = Number(v); }],
+  ["qe-ttft", d => d.workloads?.[0] ? (d.workloads[0].ttft_limit_ms ?? "") : null,
+   (d, v) => { if (v === "") delete d.workloads[0].ttft_limit_ms; else d.workloads[0].ttft_limit_ms = Number(v); }],
+  ["qe-demand", d => d.workloads?.[0] ? (d.workloads[0].demand?.output_tokens_per_s ?? "") : null,
+   (d, v) => { if (v === "") delete d.workloads[0].demand; else d.workloads[0].demand = {output_tokens_per_s: Number(v)}; }],
+];
+
+function options(id, values) {
+  $(id).replaceChildren(...values.map(v => { const o = document.createElement("option"); o.textContent = v; return o; }));
+}
+
+async function loadChoices() {
+  const [catalog, schema] = await Promise.all([api("GET", "/v1/catalog"), api("GET", "/v1/schema/problem")]);
+  options("qe-model", catalog.models.map(m => m.id));
+  options("qe-rack", catalog.racks.map(r => r.id));
+  options("qe-engine", schema.$defs.Engine.enum);
+  options("qe-objective", schema.$defs.Objective.enum);
+}
+
+function fillQuick() {
+  let doc = null;
+  try { doc = JSON.parse($("problem-doc").value); } catch (e) { /* the document is being edited */ }
+  QUICK.forEach(([id, read]) => {
+    const value = doc ? read(doc) : null;
+    $(id).disabled = value === null;
+    if (value !== null) $(id).value = String(value);
+  });
+}
+
+function applyQuick(id, write) {
+  try {
+    const doc = JSON.parse($("problem-doc").value);
+    write(doc, $(id).value);
+    $("problem-doc").value = JSON.stringify(doc, null, 2);
+    updateUrl();
+  } catch (e) { showError(`invalid input:\n  - problem: not valid JSON: ${e.message}\n    fix: correct the document`); }
+}
+
 function fillWorkloads() {
   let names = [];
   try { const ref = problemRef(); const doc = typeof ref === "string" ? state.problems[ref] : ref; names = (doc.workloads || []).map(w => w.name); } catch (e) { /* shown on solve */ }
@@ -55,6 +104,7 @@ function fillWorkloads() {
 
 function updateUrl() {
   fillWorkloads();
+  fillQuick();
   const url = new URL(window.location.href);
   url.search = ""; url.hash = "";
   let ref;
@@ -205,6 +255,7 @@ function wire() {
   document.querySelectorAll("[data-export]").forEach(b => b.addEventListener("click", () => busy(b, () => exportPlan(b.dataset.export))));
   $("download-plan").addEventListener("click", () => state.plan ? download("plan.json", JSON.stringify(state.plan, null, 2), "application/json") : showError("solve a problem first"));
   $("problem-doc").addEventListener("input", () => { updateUrl(); });
+  QUICK.forEach(([id, , write]) => $(id).addEventListener("change", () => applyQuick(id, write)));
   $("token").value = sessionStorage.getItem("planner-token") || "";
   $("token").addEventListener("change", () => {
     sessionStorage.setItem("planner-token", $("token").value);
@@ -215,7 +266,7 @@ function wire() {
 
 // the question the address asks (?problem=NAME or #doc=...), solved at once; else the DeepSeek-V3 problem, not yet solved
 async function question() {
-  await loadProblems();
+  await Promise.all([loadProblems(), loadChoices()]);
   const url = new URL(window.location.href);
   const name = url.searchParams.get("problem");
   if (url.searchParams.get("time_limit")) $("time-limit").value = url.searchParams.get("time_limit");
