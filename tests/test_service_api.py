@@ -287,3 +287,20 @@ def test_planner_serve_listens_on_127_0_0_1_and_serves_the_page(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_pasted_config_json_plans_as_the_catalog_model(client):
+    # Llama 3.1 8B's published config.json (its relevant fields); the catalog's llama-3.1-8b was written separately
+    config = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 128256, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "intermediate_size": 14336, "attention_bias": False, "max_position_embeddings": 131072,
+              "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    model = client.post("/v1/model", json={"config": config, "id": "my-llama"})
+    assert model.status_code == 200 and set(model.json()) == {"inline"}
+    document = {"name": "pasted", "model": "llama-3.1-8b", "cluster": {"racks": [{"type": "hgx-h100", "count": 1}]},
+                "workloads": [{"name": "chat", "input_tokens": 2048, "output_tokens": 256, "tpot_limit_ms": 30}]}
+    catalog = client.post("/v1/solve", json={"problem": document}).json()
+    pasted = client.post("/v1/solve", json={"problem": document | {"model": model.json()}}).json()
+    assert pasted["status"] == catalog["status"] == "OPTIMAL"
+    assert pasted["solver"]["objective"] == catalog["solver"]["objective"]
+    refused = client.post("/v1/model", json={"config": {"model_type": "llama"}})
+    assert refused.status_code == 400 and refused.json()["issues"][0]["field"] == "config: num_hidden_layers"

@@ -165,6 +165,20 @@ def view_answer(body: dict, limits: Limits) -> str:
     return placement_svg(_checked_plan(body), colour_by)
 
 
+def model_answer(body: dict, limits: Limits) -> dict:
+    """A pasted Hugging Face config.json as the problem's model: {"inline": the architecture in the
+    catalog's format} (planner/model/hf_config.py, the importer `config_json:` uses)."""
+    from planner.model.hf_config import spec_from_hf_config
+
+    _only(body, "config", "id")
+    config, model_id = body.get("config"), body.get("id", "imported")
+    if not isinstance(config, dict):
+        raise PlannerInputError(InputIssue("config", "not a config.json object", "paste the model's config.json (a JSON object)"))
+    if not isinstance(model_id, str) or not model_id.strip():
+        raise PlannerInputError(InputIssue("id", "not a name", "give the model a short id, e.g. my-model"))
+    return {"inline": spec_from_hf_config(config, model_id.strip()[:80], path="config").model_dump(mode="json", exclude_none=True)}
+
+
 def _only(body: dict, *fields: str) -> None:
     unknown = [k for k in body if k not in fields]
     if unknown:
@@ -201,7 +215,7 @@ def problems_answer() -> dict:
 
 
 ACTIONS = {"solve": solve_answer, "estimate": estimate_answer, "compare": compare_answer, "frontier": frontier_answer,
-           "curve": curve_answer, "check": check_answer, "export": export_answer, "view": view_answer}
+           "curve": curve_answer, "check": check_answer, "export": export_answer, "view": view_answer, "model": model_answer}
 
 
 def action_answer(name: str, body: object, limits: Limits) -> object:

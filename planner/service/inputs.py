@@ -60,8 +60,8 @@ def _refuse_paths(document: dict, where: str) -> None:
     fields = _names_files(document, where)
     if fields:
         raise PlannerInputError([InputIssue(f, "names a file on the server; a request cannot read server files",
-                                            "give the model as a catalog id or {inline: {...}} (a pasted config.json), and "
-                                            "expert loads as synthetic") for f in fields])
+                                            "give the model as a catalog id or {inline: {...}} (POST /v1/model turns a pasted "
+                                            "config.json into one), and expert loads as synthetic") for f in fields])
 
 
 def problem_input(value: object) -> ProblemInput:

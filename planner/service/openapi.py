@@ -35,6 +35,10 @@ def request_schema(action: str) -> dict:
     """The JSON Schema of `action`'s request body."""
     problem = {"anyOf": [{"type": "string", "enum": list(bundled_problems()), "description": "a bundled problem's name"}, PROBLEM_REF],
                "description": "a bundled problem's name, or a problem document (what a problem YAML holds; no file paths)"}
+    if action == "model":
+        return {"type": "object", "properties": {"config": {"type": "object", "description": "a Hugging Face config.json"},
+                                                 "id": {"type": "string", "default": "imported"}},
+                "required": ["config"], "additionalProperties": False}
     if action in ("check", "view"):
         properties = {"plan": PLAN_REF}
         if action == "view":

@@ -93,6 +93,16 @@ function applyQuick(id, write) {
   } catch (e) { showError(`invalid input:\n  - problem: not valid JSON: ${e.message}\n    fix: correct the document`); }
 }
 
+async function useConfig() {
+  let config;
+  try { config = JSON.parse($("hf-config").value); } catch (e) { throw new Error(`invalid input:\n  - config: not valid JSON: ${e.message}\n    fix: paste the whole config.json`); }
+  const doc = JSON.parse($("problem-doc").value);
+  if (doc.model === undefined) throw new Error("invalid input:\n  - model: the document has several models\n    fix: edit its models section");
+  doc.model = await api("POST", "/v1/model", {config, id: $("hf-id").value});
+  $("problem-doc").value = JSON.stringify(doc, null, 2);
+  updateUrl();
+}
+
 function fillWorkloads() {
   let names = [];
   try { const ref = problemRef(); const doc = typeof ref === "string" ? state.problems[ref] : ref; names = (doc.workloads || []).map(w => w.name); } catch (e) { /* shown on solve */ }
@@ -249,6 +259,7 @@ async function loadProblems() {
 function wire() {
   $("solve").addEventListener("click", () => busy($("solve"), solve));
   $("run-compare").addEventListener("click", () => busy($("run-compare"), compare));
+  $("use-config").addEventListener("click", () => busy($("use-config"), useConfig));
   $("run-frontier").addEventListener("click", () => busy($("run-frontier"), frontier));
   $("colour-by").addEventListener("change", () => drawPlacement().catch(e => showError(e.message)));
   document.querySelectorAll(".tabs button").forEach(b => b.addEventListener("click", () => showTab(b.dataset.tab)));
