@@ -30,6 +30,8 @@ from planner.service.app import ServiceSettings, create_app  # noqa: E402
 
 BUNDLED = "deepseek-v3-gb200-nvl72"
 WAIT_S = 60
+LLAMA_31_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 128256, "num_attention_heads": 32,
+                      "num_key_value_heads": 8, "intermediate_size": 14336, "max_position_embeddings": 131072}
 
 
 def _free_port() -> int:
@@ -135,6 +137,13 @@ def test_the_page_solves_compares_downloads_and_refuses(server, browser, cli_pla
     document = json.loads(browser.find_element(By.ID, "problem-doc").get_attribute("value"))
     assert (document["cluster"]["racks"][0]["type"], document["workloads"][0]["output_tokens"]) == ("hgx-h200", 2048)
     assert "#doc=" in browser.find_element(By.ID, "share-url").get_attribute("value")  # an edited question travels in the link
+    browser.find_element(By.CSS_SELECTOR, "#paste-model summary").click()
+    browser.find_element(By.ID, "hf-config").send_keys(json.dumps(LLAMA_31_8B_CONFIG))
+    browser.find_element(By.ID, "use-config").click()
+    _wait(browser, lambda d: "inline" in d.find_element(By.ID, "problem-doc").get_attribute("value"), "the pasted model in the document")
+    document = json.loads(browser.find_element(By.ID, "problem-doc").get_attribute("value"))
+    assert (document["model"]["inline"]["id"], document["model"]["inline"]["n_layers"]) == ("my-model", 32)
+    assert browser.find_element(By.ID, "qe-model").get_attribute("disabled")  # no longer a catalog id
     browser.execute_script("const t = document.getElementById('problem-doc'); const doc = JSON.parse(t.value);"
                            "doc.workloads[0].input_tokens = 0; t.value = JSON.stringify(doc, null, 2);"
                            "t.dispatchEvent(new Event('input'));")
