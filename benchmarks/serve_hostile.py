@@ -11,7 +11,11 @@ from urllib.parse import quote
 
 __all__ = ["ENDPOINTS", "hostile_requests", "is_bad_answer"]
 
-ENDPOINTS = ["solve", "estimate", "compare", "frontier", "curve", "check", "export", "view"]
+ENDPOINTS = ["solve", "estimate", "compare", "frontier", "curve", "check", "export", "view", "model"]
+CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 128256, "num_attention_heads": 32,
+          "num_key_value_heads": 8, "intermediate_size": 14336, "max_position_embeddings": 131072}  # Llama 3.1 8B's config.json
+INLINE = {"id": "m", "name": "m", "n_layers": 32, "hidden_size": 4096, "vocab_size": 128256, "dense_intermediate_size": 14336,
+          "max_context_tokens": 131072, "attention": {"kind": "gqa", "n_heads": 32, "n_kv_heads": 8, "head_dim": 128}}
 PROBLEM = {"name": "h", "model": "llama-3.1-70b", "cluster": {"racks": [{"type": "hgx-h100", "count": 1}]},
            "workloads": [{"name": "chat", "input_tokens": 2048, "output_tokens": 256, "tpot_limit_ms": 50}]}
 SHELL = ["; rm -rf /", "$(id)", "`id`", "| cat /etc/passwd", "&& curl evil", "../../etc/passwd", "/etc/passwd", "~/.ssh/id_rsa",
@@ -58,7 +62,20 @@ def _malformed(rng: random.Random) -> bytes:
     return ("{\"problem\": \"" + "\\ud800" * rng.randrange(1, 5) + "\"}").encode()  # lone surrogates
 
 
+def _model(rng: random.Random) -> bytes:
+    """A config.json to import, or a problem whose model is written inline, with fields of the wrong type or size."""
+    base, keys = (CONFIG, list(CONFIG)) if rng.random() < 0.5 else (INLINE, [k for k in INLINE if k not in ("id", "name")])
+    changed = json.loads(json.dumps(base))
+    for _ in range(rng.randint(1, 3)):
+        changed[rng.choice(keys)] = rng.choice(WRONG + HUGE + [10 ** 30, 3, 1])
+    if base is CONFIG:
+        return _encode({"config": changed, "id": rng.choice(["m", "$(id)", "../x", ""])})
+    return _encode({"problem": _set(PROBLEM, ("model",), {"inline": changed})})
+
+
 def _body(rng: random.Random, endpoint: str) -> bytes:
+    if endpoint == "model" or rng.random() < 0.04:
+        return _model(rng)
     kind = rng.randrange(8)
     if kind == 0:
         return _malformed(rng)

@@ -33,6 +33,16 @@ def test_150_hostile_requests_are_refused_without_a_5xx_or_a_traceback():
     assert statuses[400] > 100 and statuses[413] > 0 and statuses[404] > 0, statuses  # the subset reaches each kind of refusal
 
 
+def test_a_model_too_large_to_compute_with_is_an_input_error():
+    # the model schema bounds no size: 10^400 hidden units passed validation and overflowed a float in the step model
+    inline = hostile.INLINE | {"hidden_size": 10 ** 400}
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        answer = client.post("/v1/solve", json={"problem": hostile.PROBLEM | {"model": {"inline": inline}}})
+        assert answer.status_code == 400 and "too large to compute with" in answer.json()["error"]
+        config = client.post("/v1/model", json={"config": hostile.CONFIG | {"hidden_size": "x", "num_attention_heads": []}})
+        assert config.status_code == 400 and config.json()["issues"][0]["field"] == "config"
+
+
 def test_the_failures_a_hostile_request_finds_are_answered_as_input_errors():
     with TestClient(create_app(), raise_server_exceptions=False) as client:
         for body in (b"[" * 100_000 + b"]" * 100_000, b'{"problem": ' + b"[" * 990 + b"]" * 990 + b"}", b'{"problem": "\\ud800"}', b"\xff\xfe", b'{"problem": NaN}', b'{"time_limit": 1e999}'):

@@ -176,7 +176,12 @@ def model_answer(body: dict, limits: Limits) -> dict:
         raise PlannerInputError(InputIssue("config", "not a config.json object", "paste the model's config.json (a JSON object)"))
     if not isinstance(model_id, str) or not model_id.strip():
         raise PlannerInputError(InputIssue("id", "not a name", "give the model a short id, e.g. my-model"))
-    return {"inline": spec_from_hf_config(config, model_id.strip()[:80], path="config").model_dump(mode="json", exclude_none=True)}
+    try:
+        spec = spec_from_hf_config(config, model_id.strip()[:80], path="config")
+    except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError) as exc:  # the importer trusts the field types
+        raise PlannerInputError(InputIssue("config", f"cannot read the config ({type(exc).__name__}: {str(exc)[:120]})",
+                                           "give whole numbers where the config.json has them (layers, sizes, heads, experts)")) from None
+    return {"inline": spec.model_dump(mode="json", exclude_none=True)}
 
 
 def _only(body: dict, *fields: str) -> None:

@@ -101,6 +101,9 @@ def _run_action(name: str, body: object, limits: Limits, timeout_s: float) -> tu
         answer = action_answer(name, body, replace(limits, deadline=time.monotonic() + timeout_s))
     except OutOfTime:
         raise asyncio.TimeoutError() from None
+    except OverflowError as exc:  # a size the schemas leave unbounded (a model written inline) too large to compute with
+        raise PlannerInputError(InputIssue("problem", f"a number is too large to compute with ({exc})",
+                                           "give the model's real sizes (layers, hidden size, heads, experts)")) from None
     return ("image/svg+xml", answer.encode()) if isinstance(answer, str) else ("application/json", to_json(answer))
 
 
