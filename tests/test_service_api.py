@@ -200,6 +200,9 @@ def test_view_plot_draws_every_accelerator_of_the_plan(solved, tmp_path):
     assert len(re.findall(r"<title>[^<]*, stage \d+ \(layers", text)) == placed and text.count(": idle</title>") == in_racks - placed
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["view", str(plan_path), "--plot", str(tmp_path / "plan.gif")]) == 2
+    other = tmp_path / "other.svg"
+    assert main(["view", str(plan_path), "--rack", "hgx-h100", "--plot", str(other)]) == 0
+    assert "<title>" not in other.read_text()  # --rack draws only that rack type, and the plan has none
 
 
 def test_work_past_its_deadline_stops_at_the_next_step():

@@ -91,10 +91,10 @@ def view_command(args: argparse.Namespace, console: Console) -> int:
         from planner.output.placement_picture import placement_png, placement_svg
 
         if Path(args.plot).suffix.lower() == ".png":
-            placement_png(record, args.plot, args.colour_by)
+            placement_png(record, args.plot, args.colour_by, args.rack)
             console.print(f"wrote {args.plot}", markup=False)
         elif Path(args.plot).suffix.lower() == ".svg":
-            write_text(args.plot, placement_svg(record, args.colour_by), console)
+            write_text(args.plot, placement_svg(record, args.colour_by, args.rack), console)
         else:
             raise PlannerInputError(InputIssue("--plot", f"{args.plot}: unknown picture format", "end the file name in .svg or .png"))
     return EXIT_OK

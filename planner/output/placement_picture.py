@@ -58,9 +58,9 @@ def _legend(record: dict, colour_by: str) -> list[str]:
          f"TP{d['tp']} DPattn{d['dp_attn']} EP{d['ep']} PP{d['pp']} on {d['rack']}" for i, d in enumerate(record["deployments"])]
 
 
-def placement_boxes(record: dict, colour_by: str = "replica") -> tuple[list[Box], float, float]:
-    """The boxes of the picture and its width and height. Racks with nothing placed are summed up in
-    one line at the end."""
+def placement_boxes(record: dict, colour_by: str = "replica", rack_filter: str | None = None) -> tuple[list[Box], float, float]:
+    """The boxes of the picture and its width and height (only the rack instance or type `rack_filter`
+    when given). Racks with nothing placed are summed up in one line at the end."""
     cells = _cells(record, colour_by)
     boxes: list[Box] = []
     y, width, idle = MARGIN, 600.0, []
@@ -68,6 +68,8 @@ def placement_boxes(record: dict, colour_by: str = "replica") -> tuple[list[Box]
         boxes.append(Box(MARGIN, y, 0, TITLE_H, None, line))
         width, y = max(width, MARGIN + TEXT_W * len(line)), y + TITLE_H
     for name, info in (record.get("racks") or {}).items():
+        if rack_filter and rack_filter not in (name, name.split("#")[0]):
+            continue
         size, host = info["accelerators"], max(1, min(info.get("accelerators_per_host") or info["accelerators"], info["accelerators"]))
         used = sum(1 for k in range(size) if f"{name}/{k}" in cells)
         if not used:
@@ -91,9 +93,9 @@ def placement_boxes(record: dict, colour_by: str = "replica") -> tuple[list[Box]
     return boxes, width, y + MARGIN
 
 
-def placement_svg(record: dict, colour_by: str = "replica") -> str:
+def placement_svg(record: dict, colour_by: str = "replica", rack_filter: str | None = None) -> str:
     """The placement as a standalone SVG document."""
-    boxes, width, height = placement_boxes(record, colour_by)
+    boxes, width, height = placement_boxes(record, colour_by, rack_filter)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
              'font-family="sans-serif" class="placement">', f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>']
     for b in boxes:
@@ -119,7 +121,7 @@ def _matplotlib_colour(fill: str) -> object:
     return fill
 
 
-def placement_png(record: dict, path: str | Path, colour_by: str = "replica") -> Path:
+def placement_png(record: dict, path: str | Path, colour_by: str = "replica", rack_filter: str | None = None) -> Path:
     """The same boxes drawn with matplotlib (Agg) into a PNG."""
     import matplotlib
 
@@ -127,7 +129,7 @@ def placement_png(record: dict, path: str | Path, colour_by: str = "replica") ->
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    boxes, width, height = placement_boxes(record, colour_by)
+    boxes, width, height = placement_boxes(record, colour_by, rack_filter)
     dpi = 100
     fig = plt.figure(figsize=(width / dpi, height / dpi), dpi=dpi)
     ax = fig.add_axes((0, 0, 1, 1))
