@@ -11,7 +11,7 @@ from planner.paths import data_dir
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import load_problem
 
-__all__ = ["Progress", "load_checked_plan", "load_plan", "problem_arg", "resolve_problem_path", "resolved_from_plan", "write_json", "write_text"]
+__all__ = ["Progress", "finite", "load_checked_plan", "load_plan", "plan_record", "problem_arg", "refuse_failing_plan", "resolve_problem_path", "resolved_from_plan", "write_json", "write_text"]
 
 
 EXIT_OK, EXIT_INVALID_PLAN, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
@@ -101,6 +101,11 @@ def load_plan(text: str) -> tuple[dict, Path]:
 
     path = Path(text)
     record = load_json_file(path, fix="pass the JSON written by `planner solve PROBLEM --json PATH`")
+    return plan_record(record, text), path
+
+
+def plan_record(record: object, text: str) -> dict:
+    """A plan document (already parsed) checked for the fields every command needs; `text` names it in messages."""
     if not isinstance(record, dict):
         raise PlannerInputError(InputIssue(text, "not a plan (the JSON is not an object)", "pass the JSON written by `planner solve --json`"))
     from planner.output.plan import parse_plan
@@ -110,7 +115,7 @@ def load_plan(text: str) -> tuple[dict, Path]:
     if not record.get("deployments"):
         raise PlannerInputError(InputIssue(f"{text}: deployments", f"the plan has no deployments (status {record.get('status')})",
                                            "solve a feasible problem first"))
-    return record, path
+    return record
 
 
 def resolved_from_plan(record: dict, path: Path):
@@ -129,9 +134,13 @@ def load_checked_plan(text: str) -> tuple[dict, Path]:
     from planner.output.validate import check_plan
 
     record, path = load_plan(text)
-    violations = check_plan(resolved_from_plan(record, path), record, placement=True)
+    refuse_failing_plan(check_plan(resolved_from_plan(record, path), record, placement=True), text)
+    return record, path
+
+
+def refuse_failing_plan(violations: list, text: str) -> None:
+    """PlannerInputError with a plan's first problems when its check found any."""
     if violations:
         shown = "; ".join(str(v) for v in violations[:3]) + (f"; and {len(violations) - 3} more" if len(violations) > 3 else "")
         raise PlannerInputError(InputIssue(text, f"the plan fails its check: {shown}",
                                            f"re-solve the problem, or run `planner check {text}` for every problem"))
-    return record, path

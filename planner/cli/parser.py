@@ -178,6 +178,9 @@ def _add_plan_commands(sub: argparse._SubParsersAction) -> None:
     view = sub.add_parser("view", help="show a plan's placement rack by rack")
     view.add_argument("plan", help="plan JSON written by `planner solve --json`")
     view.add_argument("--rack", help="only this rack instance (gb200-nvl72#0) or rack type")
+    view.add_argument("--plot", metavar="SVG|PNG", help="also draw the placement: .svg (no dependency) or .png (matplotlib)")
+    view.add_argument("--colour-by", choices=["replica", "stage", "expert"], default="replica",
+                      help="colour the accelerators of the picture by replica (default), pipeline stage or expert-parallel rank")
     view.set_defaults(handler="planner.cli.plans:view_command")
 
 
@@ -268,6 +271,22 @@ def _add_economics(sub: argparse._SubParsersAction) -> None:
     life.set_defaults(handler="planner.cli.economics:lifecycle_command")
 
 
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="the planner over HTTP (JSON under /v1/) and a web page at /",
+                       description="Serve the planner's commands as JSON endpoints and a web page. Binds 127.0.0.1 unless --host "
+                                   "says otherwise. Needs the optional extra: pip install 'llm-deployment-planner[serve]'.")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=bounded(int, 1, 65535), default=8000, help="port (default 8000)")
+    p.add_argument("--token", default=None, help="bearer token every /v1/ request must carry (default: $PLANNER_SERVE_TOKEN; none: open)")
+    p.add_argument("--workers", type=bounded(int, 1, 64), default=2, help="requests worked on at once (default 2)")
+    p.add_argument("--backlog", type=bounded(int, 0, 1024), default=4, help="requests waiting for a worker; more are answered 503 (default 4)")
+    p.add_argument("--time-limit", type=positive(float, MAX_TIME_LIMIT_S), default=30.0, help="CP-SAT time limit of one solve, at most (default 30 s)")
+    p.add_argument("--request-timeout", type=positive(float, MAX_TIME_LIMIT_S), default=120.0,
+                   help="seconds a request may take before it is answered 504 (default 120)")
+    p.add_argument("--max-body-bytes", type=bounded(int, 1024, 1 << 30), default=1 << 20, help="largest request body (default 1 MiB)")
+    p.set_defaults(handler="planner.service.server:serve_command")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="planner", description="Plan LLM deployments on clusters and cost each token.")
     parser.add_argument("--version", action="version", version=f"planner {__version__}")
@@ -283,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--sweep", action="store_true", help="the JSON Schema of sweep files (planner sweep) instead")
     schema.add_argument("-o", "--output", help="write to a file instead of standard output")
     schema.set_defaults(handler="planner.cli.catalog:schema_command")
+    _add_serve(sub)
     cal = sub.add_parser("calibrate", help="fit the kernel-rate curves of the step model to measured kernel tables",
                          description="Read aiconfigurator-core's measured kernel tables (an unpacked systems/data directory or the "
                                      "wheel file) and write the curves and correction grids the calibrated step model uses "

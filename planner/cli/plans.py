@@ -87,4 +87,14 @@ def view_command(args: argparse.Namespace, console: Console) -> int:
 
     record, _ = load_checked_plan(args.plan)
     render_placement(record, console, args.rack)
+    if args.plot:
+        from planner.output.placement_picture import placement_png, placement_svg
+
+        if Path(args.plot).suffix.lower() == ".png":
+            placement_png(record, args.plot, args.colour_by, args.rack)
+            console.print(f"wrote {args.plot}", markup=False)
+        elif Path(args.plot).suffix.lower() == ".svg":
+            write_text(args.plot, placement_svg(record, args.colour_by, args.rack), console)
+        else:
+            raise PlannerInputError(InputIssue("--plot", f"{args.plot}: unknown picture format", "end the file name in .svg or .png"))
     return EXIT_OK
