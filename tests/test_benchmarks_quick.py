@@ -21,7 +21,9 @@ def test_solve_benchmark_quick_run_reports_status_gap_and_times():
     rows = [line for line in out.splitlines() if re.match(r"^\S+\s+(OPTIMAL|FEASIBLE)\s", line)]
     assert len(rows) == 3, out
     assert "median over problems" in out and "generated fleet: 230 racks" in out
-    assert re.search(r"at the 2 s limit: status (OPTIMAL|FEASIBLE)", out), out
+    # the generated fleet at a 2 s limit: a plan on an idle machine; on a loaded one the wall-clock guard
+    # can stop CP-SAT first (UNKNOWN, no plan), which the benchmark must report as such
+    assert re.search(r"at the 2 s limit: status ((OPTIMAL|FEASIBLE), objective .* gap [\d.]+%|UNKNOWN, no plan)", out), out
 
 
 def test_expert_benchmark_quick_run_reports_imbalance_for_each_method():
