@@ -79,7 +79,7 @@ def lifecycle_command(args: argparse.Namespace, console: Console) -> int:
     fmt = FlopsFormat(args.precision)
     if fmt not in accel.dense_flops_per_s:
         raise PlannerInputError(InputIssue("--precision", f"{accel.id} has no {fmt} tensor cores", f"use one of {', '.join(accel.dense_flops_per_s)}"))
-    flops_per_s = accel.dense_flops_per_s[fmt] * accel.compute_fraction_by_format[fmt]
+    flops_per_s = accel.achievable_flops_per_s(fmt)
     training = TrainingLayout(accel.id, args.training_accelerators, flops_per_s, accel.price_usd_per_hour, args.pp, args.micro_batches)
     if args.problem:
         from planner.solver.solve import solve

@@ -54,6 +54,20 @@ class Accelerator:
     l2_cache_bytes: float | None = None  # last-level cache (calibration: which GEMM shapes stream their weights cold)
     kernels_dir: Path | None = None  # a user catalog's directory holding this part's kernel curves (None: the shipped ones)
 
+    def achievable_flops_per_s(self, fmt: FlopsFormat) -> float:
+        """Dense tensor-core FLOP/s in `fmt` at the measured achievable fraction (the roofline's compute rate)."""
+        return self.dense_flops_per_s[fmt] * self.compute_fraction_by_format[fmt]
+
+    @property
+    def achievable_hbm_bytes_per_s(self) -> float:
+        """HBM bandwidth at the achievable fraction (the roofline's memory rate)."""
+        return self.hbm_bandwidth_bytes_per_s * self.hbm_bandwidth_fraction
+
+    @property
+    def achievable_scale_out_bytes_per_s(self) -> float:
+        """One accelerator's NIC bandwidth at the achievable fraction (KV hand-offs, prefix reloads, cross-domain traffic)."""
+        return self.scale_out_bandwidth_bytes_per_s * self.scale_out_bandwidth_fraction
+
     def supported_flops_format(self, wanted: FlopsFormat) -> FlopsFormat | None:
         """`wanted` if the accelerator has tensor cores for it, else the next wider format it has."""
         order = FLOPS_FORMATS_NARROW_TO_WIDE

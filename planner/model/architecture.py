@@ -24,6 +24,7 @@ __all__ = [
     "DraftAcceptance",
     "attention_flops_per_context_token",
     "expert_touch_fraction",
+    "kv_bytes_per_request",
     "kv_bytes_per_sequence",
     "kv_bytes_per_token",
     "kv_bytes_per_token_per_layer",
@@ -288,6 +289,12 @@ def kv_bytes_per_sequence(arch: ModelArch, context_tokens: float, kv_bytes_per_v
     Sliding-window and chunked-attention layers hold at most their window."""
     per_layer = kv_bytes_per_token_per_layer(arch, kv_bytes_per_value)
     return per_layer * np.minimum(float(context_tokens), _window_array(arch))
+
+
+def kv_bytes_per_request(arch: ModelArch, context_tokens: float, kv_bytes_per_value: float) -> float:
+    """KV bytes one request of `context_tokens` holds over all its layers (a prefix to store or reload,
+    a KV hand-off, the bytes of one token's KV)."""
+    return float(np.sum(kv_bytes_per_sequence(arch, context_tokens, kv_bytes_per_value)))
 
 
 def attention_flops_per_context_token(arch: ModelArch, absorbed: bool) -> float:

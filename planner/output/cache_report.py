@@ -8,12 +8,11 @@ against a miss at the workload's retention (or at 5 minutes and an hour when it 
 
 from dataclasses import dataclass
 
-import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from planner.model.architecture import kv_bytes_per_sequence
+from planner.model.architecture import kv_bytes_per_request
 from planner.modes import ServingRole
 from planner.physics.kv_cache import (
     KvTier,
@@ -69,9 +68,9 @@ def cache_economics(result: SolveResult, workload: str) -> CacheEconomics:
     w = next(w for w in result.problem.workloads if w.name == workload)
     d = next(d for d in result.deployments if d.candidate.workload == workload and d.candidate.role is not ServingRole.DECODE)
     e, inp = d.estimate, d.estimate.inputs
-    kv_per_token = float(np.sum(kv_bytes_per_sequence(inp.arch, 1, inp.precisions.kv_bytes)))
+    kv_per_token = kv_bytes_per_request(inp.arch, 1, inp.precisions.kv_bytes)
     prefix = w.prefix_cache.prefix_tokens if w.prefix_cache else w.input_tokens
-    prefix_bytes = float(np.sum(kv_bytes_per_sequence(inp.arch, prefix, inp.precisions.kv_bytes)))
+    prefix_bytes = kv_bytes_per_request(inp.arch, prefix, inp.precisions.kv_bytes)
     recompute = e.usd_per_million_input_tokens / TOKENS_PER_MILLION
     retentions = (w.prefix_cache.retention_s,) if w.prefix_cache else DEFAULT_RETENTIONS_S
     tiers = []

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.model.architecture import kv_bytes_per_sequence
+from planner.model.architecture import kv_bytes_per_request
 from planner.modes import ServingRole
 from planner.physics.deployment import Layout, Precisions
 from planner.physics.estimate import estimate
@@ -214,8 +214,8 @@ def _check_deployment(resolved: ResolvedProblem, d: dict, where: str, out: list[
     if int(d.get("accelerators", 0)) != int(d["replicas"]) * inp.layout.n_accelerators:
         out.append(Violation(f"{where}.accelerators", f"{d.get('accelerators')} != replicas x {inp.layout.n_accelerators}"))
     accel = inp.rack.accelerator
-    handoff = float(np.sum(kv_bytes_per_sequence(inp.arch, inp.prefilled_tokens, inp.precisions.kv_bytes)))
-    nic = inp.layout.n_accelerators * accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction
+    handoff = kv_bytes_per_request(inp.arch, inp.prefilled_tokens, inp.precisions.kv_bytes)
+    nic = inp.layout.n_accelerators * accel.achievable_scale_out_bytes_per_s
     if inp.role is ServingRole.DECODE and e.requests_per_s * handoff > nic * (1 + RELATIVE_TOLERANCE):
         out.append(Violation(where, f"receives {e.requests_per_s * handoff:.4g} B/s of KV caches, its NICs carry {nic:.4g} B/s"))
     return _Checked(inp.role, int(d["replicas"]) * w.output_tokens / e.replica_seconds_per_request, e.ttft_p90_s, handoff, nic)

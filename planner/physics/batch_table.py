@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.hardware.kernels import kernel_rates
-from planner.model.architecture import kv_bytes_per_sequence
+from planner.model.architecture import kv_bytes_per_request, kv_bytes_per_sequence
 from planner.modes import Engine, ServingRole, StepModel
 from planner.physics.first_token import (
     FirstToken,
@@ -218,7 +218,7 @@ def _prompt_cache(inp: DeploymentInputs, requests_per_s: np.ndarray) -> tuple[np
     cache = inp.prefix_cache
     if cache is None or inp.role is ServingRole.DECODE:
         return zero, np.ones_like(requests_per_s, dtype=bool), zero, False
-    prefix_bytes = float(np.sum(kv_bytes_per_sequence(inp.arch, cache.prefix_tokens, inp.precisions.kv_bytes)))
+    prefix_bytes = kv_bytes_per_request(inp.arch, cache.prefix_tokens, inp.precisions.kv_bytes)
     held = cached_bytes(requests_per_s, cache.hit_rate, cache.retention_s, prefix_bytes)
     per_accelerator = held / inp.layout.n_accelerators
     if cache.tier.in_hbm:
@@ -234,8 +234,8 @@ def step_context(inp: DeploymentInputs, links: ReplicaLinks) -> StepContext:
     fmt = inp.precisions.compute
     rates = kernel_rates(accel.id, inp.engine, accel.kernels_dir) if inp.step_model is StepModel.CALIBRATED else None
     return StepContext(inp, stages(inp.arch, inp.layout.pp), links, effective_links(links, accel),
-                       accel.dense_flops_per_s[fmt] * accel.compute_fraction_by_format[fmt],
-                       accel.hbm_bandwidth_bytes_per_s * accel.hbm_bandwidth_fraction, rates)
+                       accel.achievable_flops_per_s(fmt),
+                       accel.achievable_hbm_bytes_per_s, rates)
 
 
 def _totals(terms: StepTerms, inp: DeploymentInputs, model: StepModel) -> np.ndarray:

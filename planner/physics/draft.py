@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.model.architecture import ModelArch, kv_bytes_per_sequence, layer_params, mtp_module_params
+from planner.model.architecture import ModelArch, kv_bytes_per_request, layer_params, mtp_module_params
 from planner.modes import StepModel
 from planner.physics.deployment import Layout, Precisions
 from planner.physics.inputs import DeploymentInputs
@@ -77,7 +77,7 @@ def _draft_context(ctx: StepContext) -> StepContext:
     st = replace(st, dense_params=st.dense_params + _extra_params(inp.arch), gemm_kernels=st.gemm_kernels + DRAFT_EXTRA_GEMMS)
     lay, prec = inp.layout, draft_precisions(inp.precisions)
     accel, fmt = inp.rack.accelerator, prec.compute
-    flops = ctx.flops_per_s if fmt == inp.precisions.compute else accel.dense_flops_per_s[fmt] * accel.compute_fraction_by_format[fmt]
+    flops = ctx.flops_per_s if fmt == inp.precisions.compute else accel.achievable_flops_per_s(fmt)
     draft_inputs = replace(inp, arch=arch, layout=Layout(lay.tp, lay.ep, 1, lay.dp_attn), precisions=prec, speculative=None)
     return replace(ctx, inp=draft_inputs, st=st, flops_per_s=flops)
 
@@ -158,7 +158,7 @@ def draft_memory(inp: DeploymentInputs, context_tokens: float) -> tuple[float, f
     dense = mtp_module_params(arch) - routed
     weights = float(weight_bytes_per_accelerator(dense, routed * inp.expert_slot_factor, lay.tp, lay.stage_size,
                                                  prec.weight_bytes, prec.expert_weight_bytes))
-    kv = float(np.sum(kv_bytes_per_sequence(draft_arch(arch), context_tokens, inp.precisions.kv_bytes)))
+    kv = kv_bytes_per_request(draft_arch(arch), context_tokens, inp.precisions.kv_bytes)
     return weights, kv
 
 

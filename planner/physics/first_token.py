@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.model.architecture import kv_bytes_per_sequence
+from planner.model.architecture import kv_bytes_per_request
 from planner.modes import ServingRole
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.kv_cache import reload_s
@@ -79,7 +79,7 @@ def _hit_tokens(inp: DeploymentInputs) -> float | None:
 def _hit_reload_s(inp: DeploymentInputs) -> float:
     """Reading a hit's cached prefix back into HBM from its tier."""
     cache = inp.prefix_cache
-    prefix_bytes = float(np.sum(kv_bytes_per_sequence(inp.arch, cache.prefix_tokens, inp.precisions.kv_bytes)))
+    prefix_bytes = kv_bytes_per_request(inp.arch, cache.prefix_tokens, inp.precisions.kv_bytes)
     return reload_s(prefix_bytes, inp.layout.n_accelerators, cache.tier)
 
 

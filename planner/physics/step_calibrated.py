@@ -218,7 +218,7 @@ def _exchange(ctx: StepContext, mode: str) -> _Exchange:
     accel = inp.rack.accelerator
     curves = tuple(rates.all_to_all_curve(mode, phase) or rates.all_to_all_curve("normal", phase) for phase in ("dispatch", "combine"))
     return _Exchange(curves, local, remote, (dispatch_bytes, arch.hidden_size * inp.precisions.activation_bytes),
-                     accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction,
+                     accel.achievable_scale_out_bytes_per_s,
                      (arch.hidden_size, arch.moe.experts_per_token, arch.moe.n_routed_experts))
 
 

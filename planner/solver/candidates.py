@@ -297,7 +297,7 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
             base = deployment_inputs(arch, rack, layout, layout.pp * layout.dp_attn, (workload.input_tokens, workload.output_tokens),
                                      precisions, overheads, settings.serving, notes=notes, experts=experts)
             handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),
-                       layout.n_accelerators * accel.scale_out_bandwidth_bytes_per_s * accel.scale_out_bandwidth_fraction)
+                       layout.n_accelerators * accel.achievable_scale_out_bytes_per_s)
             searches.append(_layout_candidates(base, workload, settings, spans, notes, handoff, analysis))
         run_together(searches)
     return analyses

@@ -15,7 +15,6 @@ The hardware (F, BW, prices) and the model (N_active, KV bytes) are assumptions 
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from pydantic import Field
 
 from planner.errors import (
@@ -25,7 +24,7 @@ from planner.errors import (
     unknown_name_issue,
 )
 from planner.hardware.catalog import Accelerator, load_hardware_catalog
-from planner.model.architecture import kv_bytes_per_sequence, param_counts
+from planner.model.architecture import kv_bytes_per_request, param_counts
 from planner.model.catalog import load_model_catalog
 from planner.physics.kv_cache import break_even_retention_s, tiers_for
 from planner.physics.roofline import matmul_flops
@@ -113,7 +112,7 @@ def read_prices(sheet: PriceSheet, *, model_id: str = "deepseek-v3", accelerator
         s_star = lc.threshold_tokens
         implied_kv = 2 * n_active / ((f_peak / bw_peak) * s_star)
         rise = lc.input_usd_per_million / sheet.input_usd_per_million - 1
-        actual = float(np.sum(kv_bytes_per_sequence(arch, 1, bytes_per_value(Precision(precision)))))
+        actual = kv_bytes_per_request(arch, 1, bytes_per_value(Precision(precision)))
         lines += [
             (f"1. long context: input +{rise:.0%} past {s_star:,} tokens. If that is where KV fetch overtakes compute "
             f"(claim 7: S* = 2 N_active BW / (F kv)), then kv = 2 N_active / ((F/BW) S*) = 2 x {n_active:.3g} / "
@@ -127,8 +126,8 @@ def read_prices(sheet: PriceSheet, *, model_id: str = "deepseek-v3", accelerator
                  f"decode runs near {1 / ratio:.0%} of peak FLOP/s: memory-bound by about {ratio:.1f}x (claim 8)")
     discount, implied = None, []
     if sheet.cached_input_usd_per_million is not None or sheet.cache_writes:
-        kv = implied_kv or float(np.sum(kv_bytes_per_sequence(arch, 1, bytes_per_value(Precision(precision)))))
-        flops_per_s = f_peak * accel.compute_fraction_by_format[fmt]
+        kv = implied_kv or kv_bytes_per_request(arch, 1, bytes_per_value(Precision(precision)))
+        flops_per_s = accel.achievable_flops_per_s(fmt)
         recompute = float(matmul_flops(n_active, 1)) / flops_per_s * accel.price_usd_per_hour / SECONDS_PER_HOUR
         tiers = sorted(tiers_for(accel), key=lambda t: -t.usd_per_byte_s)  # fastest (dearest) first
         lines.append(f"3. caching, at roofline cost: recomputing a token = 2 N_active / (F x {accel.compute_fraction_by_format[fmt]:.2f}) "

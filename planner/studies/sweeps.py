@@ -346,8 +346,8 @@ def batch_curve(problem: Problem, *, base_dir=".", workload: str | None = None, 
     counts = param_counts(arch)
     accel = inp.rack.accelerator
     fmt = inp.precisions.compute
-    critical = critical_batch_size(accel.dense_flops_per_s[fmt] * accel.compute_fraction_by_format[fmt],
-                                   accel.hbm_bandwidth_bytes_per_s * accel.hbm_bandwidth_fraction,
+    critical = critical_batch_size(accel.achievable_flops_per_s(fmt),
+                                   accel.achievable_hbm_bytes_per_s,
                                    bytes_per_value(inp.precisions.weights), counts.total, counts.active_matmul)
     return BatchCurve(workload, arch.id, inp.rack.id, inp.layout, table, np.asarray(cost) * 1.0, d.candidate.batch,
                       int(batches[fits[-1]]) if len(fits) else 0, resolved.workloads[0].tpot_limit_s, critical, d.candidate.batch_limit)
