@@ -147,3 +147,13 @@ def test_a_running_sweeps_table_is_not_ready_and_a_table_format_is_checked():
         assert early.status_code == 409 and "poll /v1/sweeps/" in early.json()["error"] + early.text
         _wait(client, job["id"])
         assert client.get(f"/v1/sweeps/{job['id']}/table?format=xlsx").status_code == 400
+
+
+def test_the_openapi_document_describes_a_sweep_body_with_its_base_inline_or_bundled():
+    with TestClient(create_app()) as client:
+        document = client.get("/openapi.json").json()
+    body = document["paths"]["/v1/sweeps"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    base = body["properties"]["base"]["anyOf"]
+    assert BASE in base[0]["enum"] and base[1] == {"$ref": "#/components/schemas/Problem"}
+    assert body["properties"]["axes"]["items"] == {"$ref": "#/components/schemas/Axis"} and "Axis" in document["components"]["schemas"]
+    assert {"/v1/sweeps/{job_id}", "/v1/sweeps/{job_id}/table"} <= set(document["paths"])

@@ -172,7 +172,11 @@ def _add_sweeps(app: FastAPI, settings: ServiceSettings, read_json) -> None:
         return _error(404, [InputIssue("(path)", f"no sweep {job_id[:40]!r} (finished sweeps are kept {settings.sweeps.keep} at most)",
                                        "submit it again with POST /v1/sweeps")], "not found")
 
-    @app.post("/v1/sweeps", status_code=202, summary="`planner sweep SPEC` as a job: answers its id and where to poll it")
+    from planner.service.openapi import sweep_request_schema
+
+    body_schema = {"requestBody": {"required": True, "content": {"application/json": {"schema": sweep_request_schema()}}}}
+
+    @app.post("/v1/sweeps", status_code=202, summary="`planner sweep SPEC` as a job: answers its id and where to poll it", openapi_extra=body_schema)
     async def submit(request: Request) -> Response:
         try:
             body = await read_json(request)
@@ -263,7 +267,8 @@ def _add_reads(app: FastAPI) -> None:
     @app.get("/v1/health")
     async def health(request: Request) -> dict:
         pool = request.app.state.pool
-        return {"version": __version__, "workers": pool.workers, "admitted": pool.admitted, "capacity": pool.capacity}
+        return {"version": __version__, "workers": pool.workers, "admitted": pool.admitted, "capacity": pool.capacity,
+                "sweeps_running": request.app.state.sweeps.running()}
 
     @app.get("/", include_in_schema=False)
     async def page() -> Response:
