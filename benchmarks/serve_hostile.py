@@ -113,8 +113,8 @@ def _sweep(rng: random.Random) -> tuple[str, str, bytes]:
     the checks here count as bad): a base naming no bundled problem or a server file, an axis field
     that is no path, a wrong type beside an unknown field, too many points, or an id that names no job."""
     kind = rng.randrange(6)
-    if kind == 0:
-        return "POST", "/v1/sweeps", _encode(SWEEP | {"base": rng.choice([s for s in SHELL if not s.endswith(".yaml")] + WRONG)})
+    if kind == 0:  # not a dict: an inline base is a document, and the CLI solves a malformed one into INVALID rows
+        return "POST", "/v1/sweeps", _encode(SWEEP | {"base": rng.choice([s for s in SHELL if not s.endswith(".yaml")] + [w for w in WRONG if not isinstance(w, dict)])})
     if kind == 1:
         return "POST", "/v1/sweeps", _encode(SWEEP | {"base": _set(PROBLEM, ("models",), {"m": {"config_json": rng.choice(SHELL)}}) | {"model": None}})
     if kind == 2:
