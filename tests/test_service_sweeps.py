@@ -72,7 +72,7 @@ def test_a_submitted_sweep_runs_to_the_cli_table_and_summary(cli_sweep):
             assert answer.status_code == 202 and answer.json()["points"] == 4 and answer.json()["status"] in ("queued", "running")
             assert answer.headers["location"] == answer.json()["progress"] == f"/v1/sweeps/{answer.json()['id']}"
             record = _wait(client, answer.json()["id"])
-            assert record["status"] == "done" and record["points_done"] == 4 and record["summary"] == summary
+            assert record["status"] == "done" and record["points_done"] == 4 and record["summary"] == summary and record["elapsed_s"] > 0
             table = client.get(f"{record['table']}?format=csv")
             assert table.headers["content-type"].startswith("text/csv")
             assert table.text.splitlines()[0] == csv_text.splitlines()[0]  # every column, in the CLI's order

@@ -58,7 +58,7 @@ class SweepJob:
     rows: list[dict] = field(default_factory=list)
     summary: list[str] = field(default_factory=list)
     error: str | None = None
-    submitted_s: float = field(default_factory=time.time)
+    submitted_s: float = field(default_factory=time.monotonic)
     finished_s: float | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
 
@@ -69,7 +69,8 @@ class SweepJob:
     def record(self) -> dict:
         """What `GET /v1/sweeps/{id}` answers: the state, the points done, and when done the summary `planner sweep` prints."""
         answer = {"id": self.id, "name": self.spec.name, "status": self.state, "points_done": self.done, "points": len(self.points),
-                  "progress": f"/v1/sweeps/{self.id}", "table": f"/v1/sweeps/{self.id}/table"}
+                  "progress": f"/v1/sweeps/{self.id}", "table": f"/v1/sweeps/{self.id}/table",
+                  "elapsed_s": (self.finished_s or time.monotonic()) - self.submitted_s}
         if self.state == "done":
             answer["summary"] = self.summary
         if self.error is not None:
@@ -185,5 +186,5 @@ class SweepJobs:
         except Exception as exc:  # noqa: BLE001 - the job fails and says why; the server goes on
             job.state, job.error = "failed", f"{type(exc).__name__}: {str(exc)[:300]}"
         finally:
-            job.finished_s = time.time()
+            job.finished_s = time.monotonic()
             shutil.rmtree(out, ignore_errors=True)
