@@ -24,9 +24,8 @@ from planner.paths import data_dir
 from planner.service.inputs import bundled_problems, refuse_paths
 from planner.studies.sweep import SweepPoint, SweepSpec, expand_sweep, parse_sweep, sweep_size
 
-__all__ = ["STATES", "SweepJob", "SweepJobs", "SweepLimits", "TooManySweeps", "parse_sweep_request"]
+__all__ = ["SweepJob", "SweepJobs", "SweepLimits", "TooManySweeps", "parse_sweep_request"]
 
-STATES = ("queued", "running", "done", "failed", "cancelled")
 INLINE_BASE = "(inline)"  # the base a sweep document with its problem written inline is validated with
 
 
@@ -50,6 +49,8 @@ class Cancelled(Exception):
 
 @dataclass
 class SweepJob:
+    """One sweep: queued, then running, then done, failed or cancelled."""
+
     id: str
     spec: SweepSpec
     points: list[SweepPoint]
