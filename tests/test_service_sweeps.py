@@ -157,3 +157,12 @@ def test_the_openapi_document_describes_a_sweep_body_with_its_base_inline_or_bun
     assert BASE in base[0]["enum"] and base[1] == {"$ref": "#/components/schemas/Problem"}
     assert body["properties"]["axes"]["items"] == {"$ref": "#/components/schemas/Axis"} and "Axis" in document["components"]["schemas"]
     assert {"/v1/sweeps/{job_id}", "/v1/sweeps/{job_id}/table"} <= set(document["paths"])
+
+
+def test_a_stopping_server_cancels_its_sweeps():
+    app = create_app()
+    with TestClient(app) as client:
+        job = client.post("/v1/sweeps", json=EIGHT).json()
+    assert app.state.sweeps.running() == 0  # the shutdown waited for the job's current point
+    record = app.state.sweeps.get(job["id"]).record()
+    assert record["status"] == "cancelled" and record["points_done"] < 8

@@ -10,6 +10,7 @@ import json
 import logging
 import re
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
@@ -112,7 +113,12 @@ def _run_action(name: str, body: object, limits: Limits, timeout_s: float) -> tu
 
 def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     settings = settings or ServiceSettings()
-    app = FastAPI(title="LLM deployment planner", version=__version__, docs_url="/docs", redoc_url=None)
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await asyncio.to_thread(app.state.sweeps.close, settings.sweeps.shutdown_wait_s)  # running sweeps cancelled, their files removed
+
+    app = FastAPI(title="LLM deployment planner", version=__version__, docs_url="/docs", redoc_url=None, lifespan=lifespan)
     pool = WorkPool(settings.workers, settings.backlog, settings.request_timeout_s)
     cache = AnswerCache(settings.cache_answers)
     app.state.pool, app.state.cache, app.state.settings = pool, cache, settings

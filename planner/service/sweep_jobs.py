@@ -37,6 +37,7 @@ class SweepLimits:
     workers: int = 1  # local worker processes of one sweep (1: solved in the job's own thread)
     ray_address: str | None = None  # run the points on Ray instead (only when the server was started so)
     time_limit_s: float = 30.0  # CP-SAT time limit of one point, at most
+    shutdown_wait_s: float = 10.0  # how long a stopping server waits for its cancelled sweeps' current points
 
 
 class TooManySweeps(Exception):
@@ -159,6 +160,18 @@ class SweepJobs:
             job.cancel.set()
             job.state = "cancelled"
             return job
+
+    def close(self, timeout_s: float) -> None:
+        """At the server's shutdown: cancel every unfinished job and wait up to `timeout_s` for their
+        threads (each ends with its current point), so that their temporary directories are removed."""
+        with self._lock:
+            unfinished = [j for j in self._jobs.values() if not j.finished]
+            threads = list(self._threads.values())
+        for job in unfinished:
+            self.cancel(job.id)
+        deadline = time.monotonic() + timeout_s
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _progress(self, job: SweepJob, done: int, total: int) -> None:
         if job.cancel.is_set():
