@@ -10,6 +10,8 @@ requests and seconds:
 - burst:    more simultaneous new questions than the pool holds (workers + backlog + 16): the extra are
             answered 503 with Retry-After at once, none waits past the client's timeout;
 - hostile:  1,000 hostile requests (benchmarks/serve_hostile.py) from 8 clients: no 5xx, no traceback.
+- sweep:    a 12-point sweep submitted as a job (POST /v1/sweeps), a second submitted while it runs
+            (answered 503: one sweep at a time by default), the first polled to done, its CSV read.
 
 Per phase: requests, errors (timeouts, refused connections), bad answers (a 5xx other than the pool's
 503, or a traceback in the body), p50/p95/max latency, throughput and the answers by status.
@@ -120,6 +122,33 @@ def _solve(seed: int | None = None) -> tuple[str, str, bytes]:
     return ("POST", "/v1/solve", body.encode())
 
 
+SWEEP = {"name": "bench", "base": "llama-3.1-70b-hgx-h100", "racks": ["hgx-h100", "hgx-h200", "hgx-b200", "gb200-nvl72"],
+         "axes": [{"field": "workloads[0].tpot_limit_ms", "values": [30, 45, 60]}], "time_limit_s": 5}
+
+
+def sweep_phase(url: str, seconds: float) -> str:
+    """A sweep job from submission to its table: wall time, the second submission's answer, the polls' latency."""
+    with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
+        started = time.monotonic()
+        job = client.post("/v1/sweeps", json=SWEEP).json()
+        second = client.post("/v1/sweeps", json=SWEEP)
+        polls, record = [], job
+        while record["status"] in ("queued", "running") and time.monotonic() - started < seconds:
+            time.sleep(0.1)
+            asked = time.monotonic()
+            record = client.get(job["progress"]).json()
+            polls.append(time.monotonic() - asked)
+        wall = time.monotonic() - started
+        table = client.get(job["table"], params={"format": "csv"})
+        if record["status"] in ("queued", "running"):
+            client.delete(job["progress"])
+    polls = sorted(polls) or [0.0]
+    return (f"sweep: {record['points_done']} of {record['points']} points {record['status']} in {wall:.2f} s "
+            f"({record['points_done'] / wall:.1f} points/s); a second sweep meanwhile: {second.status_code} "
+            f"(Retry-After {second.headers.get('retry-after')}); {len(polls)} polls, p50 {statistics.median(polls):.3f} s, "
+            f"max {polls[-1]:.3f} s; table: {table.status_code}, {len(table.text.splitlines()) - 1} rows")
+
+
 def _row(name: str, clients: int, tally: Tally, wall_s: float) -> str:
     lat = sorted(tally.latencies) or [0.0]
     p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))]
@@ -157,6 +186,7 @@ def main() -> None:
         print(_row("burst", burst, tally, wall) + f"; 503 with Retry-After: {tally.retry_after}")
         tally, wall = run_phase(url, 8, hostile_requests(args.hostile, seed=0), args.seconds)
         print(_row("hostile", 8, tally, wall))
+        print(sweep_phase(url, args.seconds))
     finally:
         proc.terminate()
         proc.wait(10)

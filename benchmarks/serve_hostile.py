@@ -1,5 +1,5 @@
 """Hostile requests for `planner serve`: malformed JSON, wrong types, huge numbers, huge bodies,
-unknown fields, shell metacharacters and path tricks in names, sent to every endpoint. Seeded, so a
+unknown fields, shell metacharacters and path tricks in names, sent to every endpoint (sweep jobs included). Seeded, so a
 run is repeatable. Used by benchmarks/bench_serve.py (the full 1,000 against a live server) and by
 tests/test_service_hostile.py (a bounded subset through FastAPI's TestClient).
 
@@ -104,8 +104,33 @@ def _body(rng: random.Random, endpoint: str) -> bytes:
     return _encode(rng.choice(WRONG + HUGE))  # not an object at all
 
 
+SWEEP = {"name": "h", "base": "llama-3.1-70b-hgx-h100", "racks": ["hgx-h100"], "time_limit_s": 1}
+NOT_A_FIELD = ["; rm -rf /", "$(id)", "`id`", "../../etc/passwd", "/etc/passwd", "{{7*7}}", "${HOME}", "*", "a[", "a..b[x]"]
+
+
+def _sweep(rng: random.Random) -> tuple[str, str, bytes]:
+    """A sweep request every server refuses (none starts a job: a second job would be a 503, which
+    the checks here count as bad): a base naming no bundled problem or a server file, an axis field
+    that is no path, a wrong type beside an unknown field, too many points, or an id that names no job."""
+    kind = rng.randrange(6)
+    if kind == 0:  # not a dict: an inline base is a document, and the CLI solves a malformed one into INVALID rows
+        return "POST", "/v1/sweeps", _encode(SWEEP | {"base": rng.choice([s for s in SHELL if not s.endswith(".yaml")] + [w for w in WRONG if not isinstance(w, dict)])})
+    if kind == 1:
+        return "POST", "/v1/sweeps", _encode(SWEEP | {"base": _set(PROBLEM, ("models",), {"m": {"config_json": rng.choice(SHELL)}}) | {"model": None}})
+    if kind == 2:
+        return "POST", "/v1/sweeps", _encode(SWEEP | {"axes": [{"field": rng.choice(NOT_A_FIELD), "values": [1]}]})
+    if kind == 3:
+        return "POST", "/v1/sweeps", _encode(SWEEP | {rng.choice(["mode", "axes", "racks", "time_limit_s", "seed"]): rng.choice(WRONG + HUGE),
+                                                     rng.choice(SHELL + ["axis", "out", "workers"]): 1})
+    if kind == 4:  # 256 x 256 points, over any server's limit of points per sweep
+        return "POST", "/v1/sweeps", _encode(SWEEP | {"axes": [{"field": "solver.seed", "values": list(range(256))},
+                                                               {"field": "workloads[0].input_tokens", "values": list(range(1, 257))}]})
+    return rng.choice(["GET", "DELETE"]), "/v1/sweeps/" + quote(rng.choice(SHELL), safe="") + rng.choice(["", "/table", "/table?format=csv"]), b""
+
+
 def hostile_requests(n: int, seed: int = 0) -> list[tuple[str, str, bytes]]:
-    """`n` requests as (method, path, body): mostly POSTs to the endpoints, a few to unknown ones."""
+    """`n` requests as (method, path, body): mostly POSTs to the endpoints, a few to unknown ones, a few
+    sweep jobs submitted, polled or cancelled."""
     rng = random.Random(seed)
     requests = []
     for _ in range(n):
@@ -114,6 +139,8 @@ def hostile_requests(n: int, seed: int = 0) -> list[tuple[str, str, bytes]]:
             requests.append(("GET", "/v1/schema/" + quote(rng.choice(SHELL + ["problem", "../app"]), safe=""), b""))
         elif roll < 0.08:
             requests.append(("POST", "/v1/" + rng.choice(["shell", "..%2Fapp", "solve%00", "SOLVE"]), _body(rng, "solve")))
+        elif roll < 0.13:
+            requests.append(_sweep(rng))
         else:
             endpoint = rng.choice(ENDPOINTS)
             requests.append(("POST", f"/v1/{endpoint}", _body(rng, endpoint)))

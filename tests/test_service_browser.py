@@ -150,3 +150,29 @@ def test_the_page_solves_compares_downloads_and_refuses(server, browser, cli_pla
     browser.find_element(By.ID, "solve").click()
     error = _wait(browser, lambda d: d.find_element(By.ID, "error") if d.find_element(By.ID, "error").is_displayed() else None, "the message")
     assert "workloads[0].input_tokens" in error.text and "fix:" in error.text and "Traceback" not in error.text
+
+
+def test_the_sweeps_panel_runs_a_sweep_to_the_cli_table(server, browser, tmp_path):
+    import csv
+
+    import yaml
+
+    spec = {"name": "gens", "base": "llama-3.1-70b-hgx-h100", "racks": ["hgx-h100", "hgx-b200"], "time_limit_s": 5}
+    (tmp_path / "gens.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["sweep", str(tmp_path / "gens.yaml"), "--out", str(tmp_path / "out")]) == 0
+    with open(tmp_path / "out" / "gens.csv") as f:
+        cli = list(csv.DictReader(f))
+    browser.get(server + "/")
+    _wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true", "the page to load")
+    browser.find_element(By.ID, "problem-llama-3.1-70b-hgx-h100").click()
+    browser.find_element(By.ID, "tab-sweeps").click()
+    assert json.loads(browser.find_element(By.ID, "sweep-doc").get_attribute("value"))["base"] == "llama-3.1-70b-hgx-h100"
+    browser.execute_script("document.getElementById('sweep-doc').value = arguments[0];", json.dumps(spec))
+    browser.find_element(By.ID, "run-sweep").click()
+    rows = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#sweep-table tbody tr"), "the sweep table")
+    header = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#sweep-table thead th")]
+    cells = [dict(zip(header, (td.text for td in tr.find_elements(By.TAG_NAME, "td")))) for tr in rows]
+    assert [(c["id"], c["racks"], c["$/M out"]) for c in cells] == [
+        (r["id"], r["racks"], _money(float(r["usd_per_million_output_tokens"]))) for r in cli]
+    assert "done: 2 of 2 points" in browser.find_element(By.ID, "sweep-progress").text
+    assert browser.find_elements(By.CSS_SELECTOR, "#sweep-summary li")

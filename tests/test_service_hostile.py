@@ -48,3 +48,16 @@ def test_the_failures_a_hostile_request_finds_are_answered_as_input_errors():
         for body in (b"[" * 100_000 + b"]" * 100_000, b'{"problem": ' + b"[" * 990 + b"]" * 990 + b"}", b'{"problem": "\\ud800"}', b"\xff\xfe", b'{"problem": NaN}', b'{"time_limit": 1e999}'):
             answer = client.post("/v1/solve", content=body)
             assert answer.status_code == 400 and answer.json()["issues"][0]["field"] in ("(body)", "problem"), (body[:40], answer.text)
+
+
+def test_hostile_sweep_requests_are_refused_and_start_no_job():
+    import random
+
+    rng = random.Random(7)
+    app = create_app()
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for _ in range(120):
+            method, path, body = hostile._sweep(rng)
+            answer = client.request(method, path, content=body, headers={"content-type": "application/json"})
+            assert 400 <= answer.status_code < 500 and not hostile.is_bad_answer(answer.status_code, answer.text), (path, body[:120], answer.text[:200])
+        assert app.state.sweeps.running() == 0

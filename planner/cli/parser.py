@@ -18,6 +18,7 @@ from planner.limits import (
     MAX_RACKS_PER_TYPE,
     MAX_REDUNDANT_EXPERTS,
     MAX_SEED,
+    MAX_SWEEP_PROBLEMS,
     MAX_TIME_LIMIT_S,
 )
 from planner.modes import (
@@ -284,6 +285,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--request-timeout", type=positive(float, MAX_TIME_LIMIT_S), default=120.0,
                    help="seconds a request may take before it is answered 504 (default 120)")
     p.add_argument("--max-body-bytes", type=bounded(int, 1024, 1 << 30), default=1 << 20, help="largest request body (default 1 MiB)")
+    p.add_argument("--sweep-points", type=bounded(int, 1, MAX_SWEEP_PROBLEMS), default=64, help="points one sweep job may have (default 64)")
+    p.add_argument("--sweeps", type=bounded(int, 1, 64), default=1, help="sweep jobs running at once; more are answered 503 (default 1)")
+    p.add_argument("--sweep-workers", type=bounded(int, 1, 256), default=1, help="local worker processes of one sweep job (default 1)")
+    p.add_argument("--sweep-ray", metavar="ADDRESS", default=None, help="run sweep jobs on Ray (a cluster address, 'auto' or 'local'); default: local workers")
     p.set_defaults(handler="planner.service.server:serve_command")
 
 

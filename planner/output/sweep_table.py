@@ -3,13 +3,14 @@ charts (cost per token by rack generation; cost against TPOT with its Pareto fro
 what wins where."""
 
 import csv
+import io
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from planner.units import MS
 
-__all__ = ["columns_of", "pareto", "summary_lines", "write_charts", "write_tables"]
+__all__ = ["columns_of", "pareto", "summary_lines", "table_csv", "write_charts", "write_tables"]
 
 COST = "usd_per_million_output_tokens"
 
@@ -23,9 +24,7 @@ def write_tables(rows: list[dict], out_dir: Path, name: str) -> list[Path]:
     columns = columns_of(rows)
     paths = [out_dir / f"{name}.csv"]
     with open(paths[0], "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+        f.write(table_csv(rows))
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -34,6 +33,15 @@ def write_tables(rows: list[dict], out_dir: Path, name: str) -> list[Path]:
     table = pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
     pq.write_table(table, out_dir / f"{name}.parquet")
     return [*paths, out_dir / f"{name}.parquet"]
+
+
+def table_csv(rows: list[dict]) -> str:
+    """The table as CSV text: a column per key any row has, in the order they first appear."""
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=columns_of(rows), extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return text.getvalue()
 
 
 def _planned(rows: list[dict]) -> list[dict]:

@@ -8,7 +8,9 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
@@ -19,6 +21,7 @@ from planner import __version__
 from planner.errors import InputIssue, PlannerInputError, parse_json_text
 from planner.service.actions import ACTIONS, Limits, OutOfTime, action_answer, catalog_answer, problems_answer, schema_answer, to_json
 from planner.service.pool import AnswerCache, Busy, WorkPool
+from planner.service.sweep_jobs import SweepJobs, SweepLimits, TooManySweeps, parse_sweep_request
 
 __all__ = ["ServiceSettings", "create_app"]
 
@@ -36,6 +39,7 @@ class ServiceSettings:
     retry_after_s: int = 5
     cache_answers: int = 128
     limits: Limits = field(default_factory=Limits)
+    sweeps: SweepLimits = field(default_factory=SweepLimits)
 
 
 def _error(status: int, issues: list[InputIssue], message: str, headers: dict | None = None) -> Response:
@@ -109,7 +113,12 @@ def _run_action(name: str, body: object, limits: Limits, timeout_s: float) -> tu
 
 def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     settings = settings or ServiceSettings()
-    app = FastAPI(title="LLM deployment planner", version=__version__, docs_url="/docs", redoc_url=None)
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await asyncio.to_thread(app.state.sweeps.close, settings.sweeps.shutdown_wait_s)  # running sweeps cancelled, their files removed
+
+    app = FastAPI(title="LLM deployment planner", version=__version__, docs_url="/docs", redoc_url=None, lifespan=lifespan)
     pool = WorkPool(settings.workers, settings.backlog, settings.request_timeout_s)
     cache = AnswerCache(settings.cache_answers)
     app.state.pool, app.state.cache, app.state.settings = pool, cache, settings
@@ -148,9 +157,72 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         cache.put(key, (media, content))
         return Response(content, media_type=media)
 
+    async def read_json(request: Request) -> object:
+        return _parse_body(await _read_body(request, settings.max_body_bytes))
+
+    _add_sweeps(app, settings, read_json)
     _add_actions(app, act)
     _add_reads(app)
     return app
+
+
+def _busy(what: str, retry_after_s: int) -> Response:
+    return _error(503, [], f"busy: {what}; try again", {"Retry-After": str(retry_after_s)})
+
+
+def _add_sweeps(app: FastAPI, settings: ServiceSettings, read_json) -> None:
+    """Sweeps as jobs (planner/service/sweep_jobs.py): submit, poll, read the table, cancel."""
+    jobs = app.state.sweeps = SweepJobs(replace(settings.sweeps, time_limit_s=min(settings.sweeps.time_limit_s, settings.limits.time_limit_s)))
+
+    def unknown(job_id: str) -> Response:
+        return _error(404, [InputIssue("(path)", f"no sweep {job_id[:40]!r} (finished sweeps are kept {settings.sweeps.keep} at most)",
+                                       "submit it again with POST /v1/sweeps")], "not found")
+
+    from planner.service.openapi import sweep_request_schema
+
+    body_schema = {"requestBody": {"required": True, "content": {"application/json": {"schema": sweep_request_schema()}}}}
+
+    @app.post("/v1/sweeps", status_code=202, summary="`planner sweep SPEC` as a job: answers its id and where to poll it", openapi_extra=body_schema)
+    async def submit(request: Request) -> Response:
+        try:
+            body = await read_json(request)
+            spec, points, base_dir = await app.state.pool.run(parse_sweep_request, body, jobs.limits.max_points)
+            job = jobs.submit(spec, points, base_dir)
+        except PlannerInputError as exc:
+            return _error(413 if isinstance(exc, TooLarge) else 400, list(exc.issues), exc.render())
+        except Busy:
+            return _busy(f"{app.state.pool.capacity} requests are being worked on or waiting", settings.retry_after_s)
+        except TooManySweeps:
+            return _busy(f"{jobs.limits.max_running} sweep(s) running, the most this server runs at once", settings.retry_after_s)
+        return Response(to_json(job.record()), status_code=202, media_type="application/json", headers={"Location": f"/v1/sweeps/{job.id}"})
+
+    @app.get("/v1/sweeps/{job_id}", summary="a sweep's status, points done of all, and when done the summary `planner sweep` prints")
+    async def progress(job_id: str) -> Response:
+        job = jobs.get(job_id)
+        return unknown(job_id) if job is None else Response(to_json(job.record()), media_type="application/json")
+
+    @app.get("/v1/sweeps/{job_id}/table", summary="the sweep's table: JSON rows, or `planner sweep`'s CSV with ?format=csv")
+    async def table(job_id: str, request: Request) -> Response:
+        from planner.output.sweep_table import columns_of, table_csv
+
+        job, fmt = jobs.get(job_id), request.query_params.get("format", "json")
+        if job is None:
+            return unknown(job_id)
+        if fmt not in ("json", "csv"):
+            return _error(400, [InputIssue("format", f"unknown table format {fmt[:40]!r}", "use json or csv")], "bad format")
+        if job.state not in ("done", "cancelled"):
+            return _error(409, [InputIssue("(path)", f"the sweep is {job.state} ({job.done} of {len(job.points)} points)",
+                                           f"poll /v1/sweeps/{job.id} until its status is done")], f"sweep {job.state}")
+        if fmt == "csv":  # the file name from the sweep's name, kept to characters any header can carry
+            filename = re.sub(r"[^A-Za-z0-9._-]", "_", job.spec.name)
+            return Response(table_csv(job.rows), media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="{filename}.csv"'})
+        return Response(to_json({"name": job.spec.name, "status": job.state, "columns": columns_of(job.rows), "rows": job.rows}),
+                        media_type="application/json")
+
+    @app.delete("/v1/sweeps/{job_id}", summary="cancel a queued or running sweep (a finished one is forgotten)")
+    async def cancel(job_id: str) -> Response:
+        job = jobs.cancel(job_id)
+        return unknown(job_id) if job is None else Response(to_json(job.record()), media_type="application/json")
 
 
 def _add_actions(app: FastAPI, act) -> None:
@@ -201,7 +273,8 @@ def _add_reads(app: FastAPI) -> None:
     @app.get("/v1/health")
     async def health(request: Request) -> dict:
         pool = request.app.state.pool
-        return {"version": __version__, "workers": pool.workers, "admitted": pool.admitted, "capacity": pool.capacity}
+        return {"version": __version__, "workers": pool.workers, "admitted": pool.admitted, "capacity": pool.capacity,
+                "sweeps_running": request.app.state.sweeps.running()}
 
     @app.get("/", include_in_schema=False)
     async def page() -> Response:

@@ -14,7 +14,7 @@ from planner.paths import data_dir
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import Problem, parse_problem
 
-__all__ = ["PATH_FIELDS", "ProblemInput", "bundled_problems", "command_args", "problem_input", "resolved_plan_problem"]
+__all__ = ["PATH_FIELDS", "ProblemInput", "bundled_problems", "command_args", "problem_input", "refuse_paths", "resolved_plan_problem"]
 
 PATH_FIELDS = ("file", "config_json", "previous_plan")  # the problem fields that name a file on the server
 # options a request may give each command: every flag that does not name a file to write (--json, --plot, --csv, -o)
@@ -56,7 +56,7 @@ def _names_files(value: object, where: str = "problem") -> list[str]:
     return []
 
 
-def _refuse_paths(document: dict, where: str) -> None:
+def refuse_paths(document: dict, where: str) -> None:
     fields = _names_files(document, where)
     if fields:
         raise PlannerInputError([InputIssue(f, "names a file on the server; a request cannot read server files",
@@ -75,14 +75,14 @@ def problem_input(value: object) -> ProblemInput:
     if not isinstance(value, dict):
         raise PlannerInputError(InputIssue("problem", "give a bundled problem's name or a problem document (a JSON object)",
                                            "send {\"problem\": \"deepseek-v3-gb200-nvl72\"} or the problem YAML's content as JSON"))
-    _refuse_paths(value, "problem")
+    refuse_paths(value, "problem")
     return ProblemInput(parse_problem(value, source="problem"), data_dir("problems"), "problem")
 
 
 def resolved_plan_problem(plan: object) -> tuple[dict, object]:
     """A plan document validated as the CLI validates plan files, and its embedded problem resolved."""
     record = plan_record(plan, "plan")
-    _refuse_paths(record.get("problem_spec") or {}, "plan.problem_spec")
+    refuse_paths(record.get("problem_spec") or {}, "plan.problem_spec")
     if record.get("problem_dir") is not None:
         raise PlannerInputError(InputIssue("plan.problem_dir", "names a directory on the server", "remove problem_dir (set it to null)"))
     problem = parse_problem(record["problem_spec"], source="plan: problem_spec")

@@ -8,7 +8,7 @@ from planner.cli.parser import build_parser
 from planner.output.placement_picture import COLOUR_BY
 from planner.service.inputs import OPTIONS, bundled_problems
 
-__all__ = ["add_schemas", "request_schema"]
+__all__ = ["add_schemas", "request_schema", "sweep_request_schema"]
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 PLAN_REF = {"$ref": "#/components/schemas/Plan"}
@@ -53,13 +53,25 @@ def request_schema(action: str) -> dict:
     return {"type": "object", "properties": properties, "required": [] if action == "estimate" else ["problem"], "additionalProperties": False}
 
 
+def sweep_request_schema() -> dict:
+    """The body of POST /v1/sweeps: a sweep document whose base is a bundled problem's name or a problem document."""
+    from planner.studies.sweep import SweepSpec
+
+    schema = SweepSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)  # Axis: a component (add_schemas)
+    schema["properties"]["base"] = {"anyOf": [{"type": "string", "enum": list(bundled_problems())}, PROBLEM_REF],
+                                    "description": "a bundled problem's name, or a problem document (no file paths)"}
+    return schema
+
+
 def add_schemas(document: dict) -> dict:
-    """`document` with the Problem and Plan schemas (and the models they refer to) as components."""
+    """`document` with the Problem, Plan and sweep schemas (and the models they refer to) as components."""
     from planner.output.plan import Plan
     from planner.problem.schema import Problem
+    from planner.studies.sweep import SweepSpec
 
     components = document.setdefault("components", {}).setdefault("schemas", {})
-    for model in (Problem, Plan):
+    for model in (Problem, Plan, SweepSpec):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(schema.pop("$defs", {}))
         components[model.__name__] = schema

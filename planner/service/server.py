@@ -8,6 +8,7 @@ from rich.console import Console
 
 from planner.errors import InputIssue, PlannerInputError
 from planner.service.actions import Limits
+from planner.service.sweep_jobs import SweepLimits
 
 __all__ = ["TOKEN_ENV", "serve_command"]
 
@@ -33,7 +34,9 @@ def serve_command(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[yellow]warning[/yellow]: listening on {args.host} without a token: anyone who reaches it can use it "
                       f"(set --token or {TOKEN_ENV})")
     settings = ServiceSettings(token=token, max_body_bytes=args.max_body_bytes, workers=args.workers, backlog=args.backlog,
-                               request_timeout_s=args.request_timeout, limits=Limits(time_limit_s=args.time_limit))
+                               request_timeout_s=args.request_timeout, limits=Limits(time_limit_s=args.time_limit),
+                               sweeps=SweepLimits(max_points=args.sweep_points, max_running=args.sweeps, workers=args.sweep_workers,
+                                                  ray_address=args.sweep_ray, time_limit_s=args.time_limit))
     console.print(f"planner serve: http://{args.host}:{args.port}/ ({args.workers} workers, {args.backlog} waiting at most"
                   f"{', bearer token required' if token else ''})", markup=False)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning",

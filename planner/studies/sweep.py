@@ -21,6 +21,7 @@ infeasible or fails is a row with its status and reason, never the end of the sw
 
 import copy
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ from planner.limits import (
 )
 from planner.schema import EdgeModel, Name
 
-__all__ = ["Axis", "SweepPoint", "SweepSpec", "expand_sweep", "load_sweep", "set_field"]
+__all__ = ["Axis", "SweepPoint", "SweepSpec", "expand_sweep", "load_sweep", "parse_sweep", "set_field", "sweep_size"]
 
 _PATH = re.compile(r"^[A-Za-z_][\w.-]*(\[\d+\])?(\.[\w.-]+(\[\d+\])?)*$")
 
@@ -125,19 +126,38 @@ def set_field(document: dict, path: str, value) -> None:
             node = node[int(index)]
 
 
-def expand_sweep(spec: SweepSpec, base: dict) -> list[SweepPoint]:
-    """Every point of the sweep, in a fixed order (the first axis varies slowest)."""
+def sweep_size(spec: SweepSpec) -> int:
+    """How many points the sweep has (refused when mode zip pairs axes of different lengths)."""
     axes = spec.all_axes()
     if spec.mode == "zip":
         lengths = {len(a.values) for a in axes}
         if len(lengths) > 1:
             raise PlannerInputError(InputIssue("axes", f"mode zip needs axes of one length, got {sorted(lengths)}", "give every axis as many values"))
-        combos = [tuple(i for _ in axes) for i in range(lengths.pop() if lengths else 1)]
+        return lengths.pop() if lengths else 1
+    return math.prod(len(a.values) for a in axes)
+
+
+def parse_sweep(raw: object, source: str) -> SweepSpec:
+    """A sweep document (what a sweep file holds) validated, its problems named as `planner sweep` names them."""
+    if not isinstance(raw, dict):
+        raise PlannerInputError(InputIssue(source, "the sweep is not a mapping", "see `planner schema --sweep`"))
+    try:
+        return SweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise PlannerInputError(issues_from_validation_error(exc, model=SweepSpec), source=source) from None
+
+
+def expand_sweep(spec: SweepSpec, base: dict) -> list[SweepPoint]:
+    """Every point of the sweep, in a fixed order (the first axis varies slowest)."""
+    axes = spec.all_axes()
+    size = sweep_size(spec)  # counted before any combination is listed: 8 axes of 256 values would not fit in memory
+    if size > MAX_SWEEP_PROBLEMS:
+        raise PlannerInputError(InputIssue("axes", f"{size:,} problems, over the {MAX_SWEEP_PROBLEMS:,} a sweep may hold",
+                                           "split the sweep into several files"))
+    if spec.mode == "zip":
+        combos = [tuple(i for _ in axes) for i in range(size)]
     else:
         combos = list(itertools.product(*(range(len(a.values)) for a in axes)))
-    if len(combos) > MAX_SWEEP_PROBLEMS:
-        raise PlannerInputError(InputIssue("axes", f"{len(combos):,} problems, over the {MAX_SWEEP_PROBLEMS:,} a sweep may hold",
-                                           "split the sweep into several files"))
     points = []
     for n, combo in enumerate(combos):
         problem = copy.deepcopy(base)
@@ -159,10 +179,7 @@ def load_sweep(path: Path) -> tuple[SweepSpec, dict, Path]:
     raw = load_yaml_file(path)
     if not isinstance(raw, dict):
         raise PlannerInputError(InputIssue(str(path), "the file is not a YAML mapping", "see `planner schema --sweep`"))
-    try:
-        spec = SweepSpec.model_validate(raw)
-    except ValidationError as exc:
-        raise PlannerInputError(issues_from_validation_error(exc, model=SweepSpec), source=str(path)) from None
+    spec = parse_sweep(raw, str(path))
     base_path = path.parent / spec.base
     if not base_path.is_file():
         bundled = data_dir("problems") / f"{spec.base.removesuffix('.yaml')}.yaml"

@@ -239,7 +239,48 @@ async function exportPlan(format) {
   download(answer.filename, answer.text, format === "json" ? "application/json" : "text/plain");
 }
 
+// Sweeps: submit a sweep document, poll its job until it ends, then show its summary and table.
+function sweepDefault() {
+  const base = state.name || "llama-3.1-70b-hgx-h100";
+  return JSON.stringify({name: "generations", base, racks: ["hgx-h100", "hgx-b200", "gb200-nvl72"], time_limit_s: 5}, null, 2);
+}
+
+async function runSweep() {
+  let doc;
+  try { doc = JSON.parse($("sweep-doc").value); } catch (e) { throw new Error(`invalid input:\n  - sweep: not valid JSON: ${e.message}\n    fix: correct the document`); }
+  const job = await api("POST", "/v1/sweeps", doc);
+  state.sweep = job;
+  $("cancel-sweep").disabled = false; $("download-sweep").disabled = true;
+  $("sweep-summary").replaceChildren(); $("sweep-table").tHead.replaceChildren(); $("sweep-table").tBodies[0].replaceChildren();
+  let record = job;
+  while (!["done", "failed", "cancelled"].includes(record.status)) {
+    $("sweep-progress").textContent = `${record.status}: ${record.points_done} of ${record.points} points`;
+    await new Promise(resolve => setTimeout(resolve, 500));
+    record = await api("GET", job.progress);
+  }
+  $("cancel-sweep").disabled = true;
+  $("sweep-progress").textContent = `${record.status}: ${record.points_done} of ${record.points} points`;
+  if (record.status === "failed") throw new Error(record.error);
+  $("sweep-summary").replaceChildren(...(record.summary || []).map(line => { const li = document.createElement("li"); li.textContent = line; return li; }));
+  const table = await api("GET", job.table);
+  const axes = table.columns.slice(2, table.columns.indexOf("workload"));
+  $("sweep-table").tHead.replaceChildren(row(["id", ...axes, "workload", "status", "rack", "$/M out", "TPOT", "TTFT", "accelerators", "plan"], true));
+  $("sweep-table").tBodies[0].replaceChildren(...table.rows.map(r => row([r.id, ...axes.map(a => String(r[a])), r.workload || "-", r.status,
+    r.rack_id || "-", fmtUsd(r.usd_per_million_output_tokens), fmtSeconds(r.tpot_s), fmtSeconds(r.ttft_s), String(r.accelerators ?? "-"),
+    r.layouts || r.reason || ""])));
+  $("download-sweep").disabled = false;
+}
+
+async function cancelSweep() {
+  if (state.sweep) await api("DELETE", state.sweep.progress);
+}
+
+async function downloadSweep() {
+  if (state.sweep) download(`${state.sweep.name}.csv`, await api("GET", `${state.sweep.table}?format=csv`), "text/csv");
+}
+
 function showTab(tab) {
+  if (tab === "sweeps" && !$("sweep-doc").value) $("sweep-doc").value = sweepDefault();
   state.tab = tab;
   document.querySelectorAll(".tabs button").forEach(b => b.classList.toggle("active", b.dataset.tab === tab));
   document.querySelectorAll(".panel").forEach(p => { p.hidden = p.id !== `panel-${tab}`; });
@@ -261,6 +302,9 @@ function wire() {
   $("run-compare").addEventListener("click", () => busy($("run-compare"), compare));
   $("use-config").addEventListener("click", () => busy($("use-config"), useConfig));
   $("run-frontier").addEventListener("click", () => busy($("run-frontier"), frontier));
+  $("run-sweep").addEventListener("click", () => busy($("run-sweep"), runSweep));
+  $("cancel-sweep").addEventListener("click", () => cancelSweep().catch(e => showError(e.message)));
+  $("download-sweep").addEventListener("click", () => downloadSweep().catch(e => showError(e.message)));
   $("colour-by").addEventListener("change", () => drawPlacement().catch(e => showError(e.message)));
   document.querySelectorAll(".tabs button").forEach(b => b.addEventListener("click", () => showTab(b.dataset.tab)));
   document.querySelectorAll("[data-export]").forEach(b => b.addEventListener("click", () => busy(b, () => exportPlan(b.dataset.export))));
