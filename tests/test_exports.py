@@ -336,3 +336,41 @@ def test_speculative_decoding_reaches_every_server_with_the_engines_own_flags(so
         assert options and all(o["speculative_config"] == {"decoding_type": "MTP", "max_draft_len": k} for o in options)
         assert "MTP" in known["speculative_config.decoding_type"]["allowed"]
     assert f"speculative decoding with {k} MTP draft tokens" in script.read_text()  # the assumed acceptance, as a NOTE
+
+
+DNS_1035 = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+# A LeaderWorkerSet's name is its headless Service's (a DNS-1035 label); group g runs as StatefulSet `<name>-<g>`,
+# whose pods carry the label `controller-revision-hash: <statefulset>-<10 characters>` (a label value: at most 63),
+# so `<name>-<g>` has at most 52 characters for every group up to 999999 (the webhook's replica limit).
+LWS_NAME_MAX = 52 - len("-999999")
+
+
+def _check_names(docs: list[dict]) -> None:
+    """Every object's name a DNS-1035 label within the controller's limits, unique among its kind; a
+    LeaderWorkerSet's name is also a Service's (its headless one), so Services and LeaderWorkerSets share one space."""
+    import re
+
+    seen: dict[str, set[str]] = {}
+    for doc in docs:
+        name, kind = doc["metadata"]["name"], doc["kind"]
+        assert re.fullmatch(DNS_1035, name) and len(name) <= 63, name
+        if kind == "LeaderWorkerSet":
+            assert len(name) <= LWS_NAME_MAX, name
+        space = "Service" if kind in ("Service", "LeaderWorkerSet") else kind
+        assert name not in seen.setdefault(space, set()), (kind, name)
+        seen[space].add(name)
+
+
+@pytest.mark.parametrize("problem", ["mixed-fleet-three-models on gb200-nvl72 + hgx-h100",  # the issue's: 6 groups shared one name
+                                     "mixed-fleet-three-models-on-gb200-nvl72-hgx-h100", "q" * 63, "7" + "-" * 62, "x"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_kubernetes_object_has_its_own_valid_name(solved_bundled, problem, engine):
+    import yaml
+
+    for bundled in ("mixed-fleet-three-models", "disaggregation-wins-long-prompts"):
+        record = json.loads(json.dumps(solve_record(solved_bundled[bundled][1])))
+        record["problem"] = problem
+        docs = list(yaml.safe_load_all(export_plan(record, "lws", engine=engine)))
+        lws = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
+        assert len(lws) >= len(record["deployments"])
+        _check_names(docs)

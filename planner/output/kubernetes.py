@@ -10,6 +10,7 @@ size 1 that reaches the servers through the DNS names the LeaderWorkerSet's head
 every leader (`<name>-<group>.<name>`).
 """
 
+import hashlib
 import re
 import shlex
 
@@ -29,10 +30,34 @@ IMAGES = {("vllm", "NVIDIA"): "vllm/vllm-openai:v0.33.0", ("vllm", "AMD"): "rocm
           ("trtllm", "NVIDIA"): "nvcr.io/nvidia/tensorrt-llm/release:latest"}
 
 
-def k8s_name(text: str) -> str:
-    """A DNS-1123 label: lowercase letters, digits and '-', at most 63 characters (room left for '-<group>')."""
-    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    return (name[:50].rstrip("-") or "planner")
+# Longest object name: a DNS-1035 label (the LeaderWorkerSet webhook's rule, since its name is also its
+# headless Service's) from which the controller derives a StatefulSet `<name>-<group>` per group, and a
+# StatefulSet's pods carry `controller-revision-hash: <statefulset>-<10 characters>`, a label value of at
+# most 63 characters: `<name>-<group>` <= 52 with groups up to 999999 (the webhook's replica limit).
+NAME_MAX = 52 - len("-999999")
+HASH_CHARS = 8
+TAIL_CHARS = 16
+
+
+def _label_text(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+
+
+def k8s_name(text: str, tail: str = "", limit: int = NAME_MAX) -> str:
+    """A DNS-1035 label of at most `limit` characters (lowercase letters, digits and '-', starting with a
+    letter) for `text` followed by `tail`. A text that does not pass unchanged (other characters, too
+    long) is cut, keeping up to TAIL_CHARS of the tail (the deployment index and workload: what tells
+    objects apart), and gets a hash of the whole text, so that two texts never share a name."""
+    whole = f"{text}-{tail}" if tail else text
+    name = _label_text(whole)
+    if name[:1].isalpha() and name == whole and len(name) <= limit:
+        return name
+    digest = hashlib.sha256(whole.encode()).hexdigest()[:HASH_CHARS]
+    end = _label_text(tail)[:TAIL_CHARS].strip("-")
+    head = _label_text(text)
+    head = head if head[:1].isalpha() else f"x-{head}"
+    head = head[:limit - HASH_CHARS - 1 - (len(end) + 1 if end else 0)].rstrip("-")
+    return "-".join(part for part in (head, end, digest) if part)
 
 
 def _groups(script: LaunchScript) -> dict[int, list[list[Server]]]:
@@ -49,8 +74,11 @@ def _groups(script: LaunchScript) -> dict[int, list[list[Server]]]:
 
 
 def _names(record: dict, engine: str) -> tuple[str, dict[int, str]]:
-    base = k8s_name(f"{record.get('problem', 'plan')}-{engine}")
-    return base, {i: k8s_name(f"{base}-{i}-{d['workload']}") for i, d in enumerate(record["deployments"])}
+    """The plan's name (labels, the ConfigMap) and each deployment's LeaderWorkerSet name; each is cut
+    from the whole text (problem, engine, deployment index, workload), so distinct texts stay distinct."""
+    problem = str(record.get("problem", "plan"))
+    base = k8s_name(f"{problem}-{engine}")
+    return base, {i: k8s_name(f"{problem}-{engine}", f"{i}-{d['workload']}") for i, d in enumerate(record["deployments"])}
 
 
 def group_endpoints(record: dict, script: LaunchScript, engine: str) -> dict[tuple[str, str], list[tuple[str, int, int | None]]]:
@@ -123,7 +151,7 @@ def _pod(container: dict, configmap: str) -> dict:
 def manifests_text(record: dict, script: LaunchScript, engine: str, vendors: dict[int, str]) -> str:
     """Multi-document YAML: a ConfigMap with the files, then one LeaderWorkerSet per deployment and router."""
     base, names = _names(record, engine)
-    configmap = f"{base}-files"
+    configmap = k8s_name(f"{record.get('problem', 'plan')}-{engine}", "files")
     docs: list[dict] = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": configmap, "labels": {"app.kubernetes.io/part-of": base}},
                          "data": dict(script.files)}]
     by_deployment = _groups(script)
@@ -149,7 +177,7 @@ def manifests_text(record: dict, script: LaunchScript, engine: str, vendors: dic
         docs[0]["data"][file_name] = "\n".join("".join(leaders[p.host] if isinstance(p, HostRef) else str(p) for p in row) for row in rows)
     for server in script.servers:
         if server.deployment < 0:
-            name = k8s_name(f"{base}-{server.label}")
+            name = k8s_name(f"{record.get('problem', 'plan')}-{engine}", server.label)
             router_image = "lmsysorg/sglang-router:latest" if engine == "sglang" else IMAGES[(engine, "NVIDIA")]
             container = _container("router", _command(server, leaders), 0, router_image, "none", server.port, server.health_path)
             docs.append({"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
