@@ -11,7 +11,8 @@ import pytest
 
 from planner.errors import PlannerInputError
 from planner.output.engines import vendor_of
-from planner.output.export import export_plan
+from planner.output.export import VLLM_ROUTER, export_plan
+from planner.output.files import vllm_pd_router
 from planner.output.plan_report import solve_record
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -62,7 +63,9 @@ def _table(call: list[str]) -> tuple[dict, list[str]]:
     if call[0] in ("trtllm-serve", "trtllm-llmapi-launch"):
         words = call[call.index("trtllm-serve") + 1:] if "trtllm-serve" in call else call[1:]
         return (FLAGS["trtllm"]["options"], words[1:]) if words[0] != "disaggregated" else ({"-c": {"takes_value": True}}, words[1:])
-    return {}, []  # vLLM's toy proxy: a script from its source tree, not a parser we record
+    if call[0] == "python3" and call[1] == VLLM_ROUTER:  # our own router: its parser takes every word
+        vllm_pd_router.parser().parse_args(call[2:])
+    return {}, []
 
 
 def _check_flags(call: list[str]) -> None:
@@ -132,6 +135,8 @@ def test_every_bundled_export_starts_on_every_host(solved_bundled, stubs, tmp_pa
             for call in servers:
                 _check_flags(call)
                 _check_semantics(call)
+                if call[0] == "python3" and call[1] != "-m":  # a script the export ships: written into the run directory
+                    assert (tmp_path / "run" / call[1]).is_file(), (name, call[:2])
                 if call[0] == "vllm" and "--data-parallel-size-local" in call:  # vLLM ParallelConfig's rule
                     assert int(call[call.index("--data-parallel-size-local") + 1]) <= int(call[call.index("--data-parallel-size") + 1])
             text_calls = " ".join(" ".join(c) for c in servers)
@@ -230,6 +235,23 @@ def lws_validator():
     return jsonschema.Draft7Validator(_strict(stored["openAPIV3Schema"]))
 
 
+def _check_files_shipped(pod: dict, configmap: dict) -> None:
+    """Every file a container's command names (a word ending in a file suffix) is in the ConfigMap mounted
+    as its working directory: a script or config the image does not hold must travel with the manifest."""
+    import re
+    import shlex
+
+    mounts = {v["name"]: v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v}
+    for container in pod["containers"]:
+        files = {m["mountPath"]: set(configmap["data"]) for m in container["volumeMounts"]
+                 if mounts.get(m["name"]) == configmap["metadata"]["name"]}
+        assert container["workingDir"] in files
+        for w in shlex.split(container["command"][2]):
+            if re.fullmatch(r"[\w./-]+\.(py|yaml|yml|json|sh)", w):
+                directory, _, base = (w if w.startswith("/") else f"{container['workingDir']}/{w}").rpartition("/")
+                assert base in files.get(directory, set()), (w, container["name"], sorted(files.get(directory, set())))
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_leaderworkerset_manifests_match_the_crd(solved_bundled, lws_validator, engine):
     import yaml
@@ -252,6 +274,7 @@ def test_leaderworkerset_manifests_match_the_crd(solved_bundled, lws_validator, 
             for pod in (template["workerTemplate"], template.get("leaderTemplate", template["workerTemplate"])):
                 command = pod["spec"]["containers"][0]["command"][2]
                 assert "<" not in command and "127.0.0.1" not in command and "_VISIBLE_DEVICES" not in command
+                _check_files_shipped(pod["spec"], docs[0])
             checked += 1
         servers = [d for d in docs[1:] if d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"]
         assert sum(d["spec"]["replicas"] for d in servers) == sum(d["replicas"] for d in record["deployments"])  # a group per replica
@@ -374,3 +397,49 @@ def test_every_kubernetes_object_has_its_own_valid_name(solved_bundled, problem,
         lws = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
         assert len(lws) >= len(record["deployments"])
         _check_names(docs)
+
+
+def test_the_vllm_router_hands_the_prefill_servers_kv_to_a_decode_server():
+    """The shipped router run against two stub vLLM servers: the prefill side gets one output token and
+    do_remote_decode, the decode side the kv_transfer_params the prefill side answered with, and the
+    client the decode side's answer (streamed too)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import StreamingResponse
+    from fastapi.testclient import TestClient
+
+    seen: dict[str, list[dict]] = {"prefill": [], "decode": []}
+    prefill, decode = FastAPI(), FastAPI()
+
+    @prefill.post("/v1/completions")
+    async def prefill_completion(request: Request) -> dict:
+        seen["prefill"].append(await request.json())
+        return {"choices": [{"text": "x"}], "kv_transfer_params": {"remote_engine_id": "p0", "remote_block_ids": [3, 4]}}
+
+    @decode.post("/v1/completions")
+    async def decode_completion(request: Request):
+        body = await request.json()
+        seen["decode"].append(body)
+        if body.get("stream"):
+            return StreamingResponse(iter([b"data: a\n\n", b"data: [DONE]\n\n"]), media_type="text/event-stream")
+        return {"choices": [{"text": "the answer"}]}
+
+    import httpx
+
+    app = vllm_pd_router.make_app(["http://prefill"], ["http://decode"])
+    routes = {"prefill": httpx.ASGITransport(app=prefill), "decode": httpx.ASGITransport(app=decode)}
+
+    class ByHost(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request):
+            return await routes[request.url.host].handle_async_request(request)
+
+    app.state.client = httpx.AsyncClient(transport=ByHost())  # the router's servers are the stub apps
+    with TestClient(app) as client:
+        answer = client.post("/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 50})
+        assert answer.status_code == 200 and answer.json()["choices"][0]["text"] == "the answer"
+        streamed = client.post("/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 50, "stream": True})
+        assert streamed.text == "data: a\n\ndata: [DONE]\n\n"
+        assert client.get("/healthcheck").status_code == 200
+    first, second = seen["prefill"][0], seen["decode"][0]
+    assert first["max_tokens"] == 1 and first["stream"] is False and first["kv_transfer_params"]["do_remote_decode"] is True
+    assert second["max_tokens"] == 50 and second["kv_transfer_params"] == {"remote_engine_id": "p0", "remote_block_ids": [3, 4]}
+    assert seen["decode"][1]["stream"] is True

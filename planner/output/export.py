@@ -13,6 +13,7 @@ Physical expert slots are numbered rank-major: slot p lives on expert-parallel r
 """
 
 import json
+from pathlib import Path
 
 from planner import __version__
 from planner.errors import InputIssue, PlannerInputError
@@ -34,6 +35,7 @@ __all__ = ["export_plan", "placement_document"]
 
 PLACEMENT_FORMAT = "llm-deployment-placement"
 PLACEMENT_FORMAT_VERSION = 1
+VLLM_ROUTER = "vllm_pd_router.py"  # the prefill/decode router of vLLM exports, in planner/output/files/
 
 
 def _experts_of(d: dict, role: dict) -> dict[str, list[int]]:
@@ -137,15 +139,14 @@ def _routers(record: dict, fmt: str, script: LaunchScript, ports: Ports) -> None
             lines += [word('    - "', HostRef(h), f':{p}"') for h, p, _ in decode]
             script.generated_files[config] = lines
             argv = [word("trtllm-serve"), word("disaggregated"), word("-c"), word(config)]
-        else:  # vLLM's disaggregated-prefill proxy ships in its source tree (tests/v1/kv_connector/nixl_integration)
-            argv = [word("python3"), word("toy_proxy_server.py"), word("--host"), word("0.0.0.0"), word("--port"), word(port)]
+        else:  # our own router (planner/output/files/), shipped with the other files: nothing to copy by hand
+            script.files[VLLM_ROUTER] = (Path(__file__).parent / "files" / VLLM_ROUTER).read_text()
+            argv = [word("python3"), word(VLLM_ROUTER), word("--host"), word("0.0.0.0"), word("--port"), word(port)]
             argv += [word("--prefiller-hosts"), *(word(HostRef(h)) for h, _, _ in prefill)]
             argv += [word("--prefiller-ports"), *(word(p) for _, p, _ in prefill)]
             argv += [word("--decoder-hosts"), *(word(HostRef(h)) for h, _, _ in decode)]
             argv += [word("--decoder-ports"), *(word(p) for _, p, _ in decode)]
-            script.notes.append("the vLLM router is toy_proxy_server.py from vLLM's source tree "
-                                "(tests/v1/kv_connector/nixl_integration/); copy it into the run directory first")
-        # vLLM's toy proxy answers on /healthcheck (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py)
+        # the vLLM router answers on /healthcheck (planner/output/files/vllm_pd_router.py)
         script.servers.append(Server(host, f"router-{workload}", argv, port, "/healthcheck" if fmt == "vllm" else "/health"))
 
 
