@@ -266,8 +266,8 @@ def test_leaderworkerset_manifests_match_the_crd(solved_bundled, lws_validator, 
             continue
         docs = list(yaml.safe_load_all(text))
         assert docs[0]["kind"] == "ConfigMap" and all(len(k) <= 253 for k in docs[0]["data"])
-        for doc in docs[1:]:
-            assert doc["kind"] == "LeaderWorkerSet" and len(doc["metadata"]["name"]) <= 63
+        _check_names(docs)
+        for doc in (d for d in docs[1:] if d["kind"] == "LeaderWorkerSet"):
             errors = sorted(lws_validator.iter_errors(doc), key=str)
             assert not errors, (name, engine, [e.message for e in errors[:3]])
             template = doc["spec"]["leaderWorkerTemplate"]
@@ -275,10 +275,73 @@ def test_leaderworkerset_manifests_match_the_crd(solved_bundled, lws_validator, 
                 command = pod["spec"]["containers"][0]["command"][2]
                 assert "<" not in command and "127.0.0.1" not in command and "_VISIBLE_DEVICES" not in command
                 _check_files_shipped(pod["spec"], docs[0])
+                _check_pod(pod["spec"], engine)
             checked += 1
-        servers = [d for d in docs[1:] if d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"]
+        servers = [d for d in docs[1:] if d["kind"] == "LeaderWorkerSet" and d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"]
         assert sum(d["spec"]["replicas"] for d in servers) == sum(d["replicas"] for d in record["deployments"])  # a group per replica
+        _check_imex(record, docs, servers)
+        _check_services(record, docs)
     assert checked > 0
+
+
+def _check_pod(pod: dict, engine: str) -> None:
+    """What a serving pod needs beyond its command (issue 24's warnings)."""
+    import shlex
+
+    main = pod["containers"][0]
+    tag = main["image"].rsplit(":", 1)[1]
+    assert tag != "latest"
+    if engine != "trtllm":  # the release whose parser the flags were recorded from
+        assert tag.startswith(f"v{FLAGS[engine]['version']}"), (main["image"], FLAGS[engine]["version"])
+    gpus = max(main.get("resources", {}).get("limits", {}).values(), default=0)
+    if gpus:  # /dev/shm: SGLang's install guide runs its image on an 8-GPU host with --shm-size 32g, so 4 GiB per GPU
+        shm = next(v for v in pod["volumes"] if v["name"] == next(m["name"] for m in main["volumeMounts"] if m["mountPath"] == "/dev/shm"))
+        assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": f"{32 * gpus // 8}Gi"}
+    words = shlex.split(main["command"][2])
+    repo = words[words.index("serve") + 1] if "serve" in words else words[words.index("--model-path") + 1] if "--model-path" in words else \
+        words[words.index("trtllm-serve") + 1] if "trtllm-serve" in words else None
+    if repo and repo != "disaggregated" and not repo.startswith("/"):  # a Hugging Face download: the token from a named secret, required where the repo is gated
+        token = next(e for e in main["env"] if e["name"] == "HF_TOKEN")["valueFrom"]["secretKeyRef"]
+        assert token["name"] and token["optional"] is (not repo.startswith("meta-llama/")), (repo, token)
+    if "ports" in main:
+        port = main["ports"][0]["containerPort"]
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert main[probe]["httpGet"]["port"] == port and main[probe]["httpGet"]["path"].startswith("/health")
+
+
+def _check_imex(record: dict, docs: list[dict], servers: list[dict]) -> None:
+    """On a rack whose NVLink domain spans several hosts, every pod of a multi-host group claims a channel
+    from a ComputeDomain of the NVIDIA DRA driver (resource.nvidia.com/v1beta1); elsewhere none does."""
+    domains = {d["spec"]["channel"]["resourceClaimTemplate"]["name"]: d for d in docs if d["kind"] == "ComputeDomain"}
+    assert all(d["apiVersion"] == "resource.nvidia.com/v1beta1" for d in domains.values())
+    for d, lws in zip(record["deployments"], servers):
+        rack = record["racks"][d["placement"][0]["accelerator"].rsplit("/", 1)[0]]
+        hosts = d["accelerators_per_replica"] / rack["accelerators_per_host"]
+        wanted = hosts > 1 and rack["accelerators"] > rack["accelerators_per_host"] and vendor_of(record, d["accelerator"]) == "NVIDIA"
+        template = lws["spec"]["leaderWorkerTemplate"]
+        for pod in (template["workerTemplate"], template.get("leaderTemplate", template["workerTemplate"])):
+            claims = pod["spec"].get("resourceClaims", [])
+            assert bool(claims) == wanted, (d["rack"], hosts)
+            for claim in claims:
+                assert claim["resourceClaimTemplateName"] in domains
+                assert {"name": claim["name"]} in pod["spec"]["containers"][0]["resources"]["claims"]
+
+
+def _check_services(record: dict, docs: list[dict]) -> None:
+    """A Service per workload, selecting the pods that answer it: leaders (worker index 0) that serve HTTP."""
+    services = [d for d in docs if d["kind"] == "Service"]
+    assert len(services) == len({d["workload"] for d in record["deployments"]})
+    for service in services:
+        selector = dict(service["spec"]["selector"])
+        assert selector.pop("leaderworkerset.sigs.k8s.io/worker-index") == "0"
+        matched = []
+        for lws in (d for d in docs if d["kind"] == "LeaderWorkerSet"):
+            template = lws["spec"]["leaderWorkerTemplate"]
+            leader = template.get("leaderTemplate", template["workerTemplate"])
+            if selector.items() <= leader.get("metadata", {}).get("labels", {}).items():
+                matched.append(lws)
+                assert leader["spec"]["containers"][0]["ports"][0]["name"] == service["spec"]["ports"][0]["targetPort"]
+        assert matched, service["metadata"]["name"]
 
 
 def test_a_kubernetes_router_reaches_every_group_at_its_template_port(solved_bundled):
@@ -289,8 +352,9 @@ def test_a_kubernetes_router_reaches_every_group_at_its_template_port(solved_bun
 
     record = solve_record(solved_bundled["disaggregation-wins-long-prompts"][1])
     docs = list(yaml.safe_load_all(export_plan(record, "lws", engine="sglang")))
-    servers = {d["metadata"]["name"]: d for d in docs[1:] if d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"}
-    router = next(d for d in docs[1:] if d["metadata"]["labels"]["app.kubernetes.io/component"] == "router")
+    lws = [d for d in docs[1:] if d["kind"] == "LeaderWorkerSet"]
+    servers = {d["metadata"]["name"]: d for d in lws if d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"}
+    router = next(d for d in lws if d["metadata"]["labels"]["app.kubernetes.io/component"] == "router")
     command = router["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["command"][2]
     prefill = re.findall(r"--prefill http://([a-z0-9-]+)-(\d+)\.([a-z0-9-]+):(\d+) (\d+)", command)
     n_prefill = sum(d["replicas"] for d in record["deployments"] if d["role"] == "prefill")

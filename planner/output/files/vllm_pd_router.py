@@ -96,5 +96,6 @@ def main(argv: list[str] | None = None) -> None:
                    _urls(args.decoder_hosts, args.decoder_ports, "--decoder"))
     uvicorn.run(app, host=args.host, port=args.port)
 
+
 if __name__ == "__main__":
     main()
