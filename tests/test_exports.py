@@ -109,6 +109,48 @@ def _check_semantics(call: list[str]) -> None:
         assert {"--trust-remote-code", "--trust_remote_code"} & set(words)
 
 
+def _stages_split_over_hosts(record: dict) -> bool:
+    """Whether some host holds part of a data-parallel rank's pipeline stages (a layout vLLM, which keeps a
+    rank's whole TP x PP group on one host, cannot start as planned)."""
+    for d in record["deployments"]:
+        per_host_rank: dict[tuple, set] = {}
+        for role in d["placement"]:
+            rack, slot = role["accelerator"].rsplit("/", 1)
+            per_host_rank.setdefault((role["replica"], rack, int(slot) // record["racks"][rack]["accelerators_per_host"], role["dp_rank"]),
+                                     set()).add(role["stage"])
+        if d["dp_attn"] > 1 and any(len(stages) < d["pp"] for stages in per_host_rank.values()):
+            return True
+    return False
+
+
+def test_vllm_refuses_the_kimi_layout_and_sglang_starts_its_stages_where_planned(solved_bundled, tmp_path):
+    """kimi-k2-hgx-h100: stage 0 of all 8 data-parallel ranks on host 0, stage 1 on host 1 (issue 24). vLLM
+    would run both stages of 4 ranks on each host, so it is refused (exit 2 from the CLI) naming SGLang,
+    whose node n runs pipeline rank n // (nnodes / pp_size) (sglang entrypoints/engine.py)."""
+    from planner.cli.main import main
+
+    record = solve_record(solved_bundled["kimi-k2-hgx-h100"][1])
+    d = record["deployments"][0]
+    assert d["pp"] == 2 and d["dp_attn"] > 1 and _stages_split_over_hosts(record)
+    for fmt in (["--format", "vllm"], ["--format", "lws", "--engine", "vllm"]):
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps(record))
+        assert main(["export", str(plan), *fmt, "-o", str(tmp_path / "out")]) == 2 and not (tmp_path / "out").exists()
+    script = tmp_path / "launch.sh"
+    script.write_text(export_plan(record, "sglang"))
+    hosts = subprocess.run(["bash", str(script), "--list-hosts"], capture_output=True, text=True, check=True).stdout.split()
+    text = script.read_text()
+    for host in hosts[:2]:  # the host's start command as the script runs it (a worker host serves no port, so a smoke run may stop it unlogged)
+        block = text[text.index(f"    {shlex.quote(host)})"):]
+        call = shlex.split(block[:block.index(";;")].replace("\\\n", " "))
+        value = {flag: int(call[call.index(flag) + 1]) for flag in ("--pp-size", "--nnodes", "--node-rank")}
+        pp_rank = value["--node-rank"] // max(value["--nnodes"] // value["--pp-size"], 1)
+        rack, index = host.rsplit("/host", 1)
+        planned = {r["stage"] for r in d["placement"] if r["replica"] == 0 and r["accelerator"].startswith(rack + "/")
+                   and int(r["accelerator"].rsplit("/", 1)[1]) // record["racks"][rack]["accelerators_per_host"] == int(index)}
+        assert planned == {pp_rank}, (host, planned, value)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_every_bundled_export_starts_on_every_host(solved_bundled, stubs, tmp_path, engine):
     started = 0
@@ -117,6 +159,10 @@ def test_every_bundled_export_starts_on_every_host(solved_bundled, stubs, tmp_pa
         vendors = {vendor_of(record, d["accelerator"]) for d in record["deployments"]}
         if not vendors <= ({"NVIDIA"} if engine == "trtllm" else {"NVIDIA", "AMD"}):
             with pytest.raises(PlannerInputError):  # TensorRT-LLM off NVIDIA, or TPU / Trainium: refused by name
+                export_plan(record, engine)
+            continue
+        if engine == "vllm" and _stages_split_over_hosts(record):
+            with pytest.raises(PlannerInputError, match="export --format sglang"):  # vLLM cannot hold the layout: refused by name
                 export_plan(record, engine)
             continue
         text = export_plan(record, engine)
@@ -261,8 +307,9 @@ def test_leaderworkerset_manifests_match_the_crd(solved_bundled, lws_validator, 
         record = solve_record(result)
         try:
             text = export_plan(record, "lws", engine=engine)
-        except PlannerInputError as exc:  # stated refusals only: engines off their hardware, mpirun between pods
+        except PlannerInputError as exc:  # stated refusals only: engines off their hardware, mpirun between pods, vLLM's rank order
             assert "only" in str(exc) or "mpirun" in str(exc) or "no " in str(exc), (name, exc)
+            assert "pipeline stages" not in str(exc) or (engine == "vllm" and _stages_split_over_hosts(record))
             continue
         docs = list(yaml.safe_load_all(text))
         assert docs[0]["kind"] == "ConfigMap" and all(len(k) <= 253 for k in docs[0]["data"])
