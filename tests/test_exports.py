@@ -554,3 +554,28 @@ def test_the_vllm_router_hands_the_prefill_servers_kv_to_a_decode_server():
     assert first["max_tokens"] == 1 and first["stream"] is False and first["kv_transfer_params"]["do_remote_decode"] is True
     assert second["max_tokens"] == 50 and second["kv_transfer_params"] == {"remote_engine_id": "p0", "remote_block_ids": [3, 4]}
     assert seen["decode"][1]["stream"] is True
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "sglang", "lws"])
+def test_an_export_for_another_engine_says_what_the_planner_gives_for_it(solved_bundled, fmt):
+    """llama-3.1-70b-hgx-h100 is solved with TensorRT-LLM's kernel rates; a vLLM or SGLang export says so in a
+    NOTE, with the figures the public evaluate() gives for the same replica on that engine's rates."""
+    import re
+
+    from planner.quick import evaluate
+
+    record = solve_record(solved_bundled["llama-3.1-70b-hgx-h100"][1])
+    engine = "vllm" if fmt == "lws" else fmt
+    assert record["problem_spec"]["engine"] == "trtllm"
+    text = export_plan(record, fmt, engine=engine) if fmt == "lws" else export_plan(record, fmt)
+    d, w = record["deployments"][0], record["problem_spec"]["workloads"][0]
+    mine = evaluate(d["model"], d["rack"], d["batch_per_replica"], w["input_tokens"], w["output_tokens"], tp=d["tp"], pp=d["pp"],
+                    weights=d["precisions"]["weights"], kv_cache=d["precisions"]["kv_cache"], compute=d["precisions"]["compute"],
+                    overlap=record["problem_spec"]["solver"]["overlap"], engine=engine)
+    note = re.search(rf"NOTE: deployment 0 was sized with trtllm's measured kernel rates \(TPOT ([\d.]+) ms, TTFT ([\d.]+) ms\); "
+                     rf"with {engine}'s the planner gives TPOT ([\d.]+) ms, TTFT ([\d.]+) ms", text)
+    assert note, text[:3000]
+    assert float(note[1]) == pytest.approx(d["tpot_s"] * 1000, rel=1e-3)
+    assert float(note[3]) == pytest.approx(mine.tpot_s * 1000, rel=1e-3) and float(note[4]) == pytest.approx(mine.ttft_s * 1000, rel=1e-3)
+    assert mine.tpot_s != pytest.approx(d["tpot_s"], rel=1e-3)  # the engines' rates differ: the note says something
+    assert "sized with" not in export_plan(record, "trtllm")  # the plan's own engine: no note

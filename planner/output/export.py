@@ -27,6 +27,7 @@ from planner.output.engines import (
     replicas_of,
     vendor_of,
 )
+from planner.output.engine_note import engine_mismatch_notes
 from planner.output.kubernetes import group_endpoints, manifests_text
 from planner.output.launch import HostRef, LaunchScript, Server, render_script, word
 from planner.output.launch import safe_file_name as safe_name
@@ -161,6 +162,7 @@ def build_launch(record: dict, fmt: str, routers: bool = True) -> LaunchScript:
         header.append(f"deployment {i}: {d['workload']} ({d['model']}) on {d['rack']}, {d['replicas']} {d.get('role', 'aggregated')} "
                       f"replica(s), TP{d['tp']} DPattn{d['dp_attn']} EP{d['ep']} PP{d['pp']}, batch {d['batch_per_replica']}")
     script, ports = LaunchScript(fmt, header, hosts, []), Ports()
+    script.notes += engine_mismatch_notes(record, fmt)
     for i, d in enumerate(record["deployments"]):
         ENGINE_BUILDERS[fmt](record, d, i, script, ports)
     if routers:
