@@ -17,6 +17,7 @@ from pathlib import Path
 
 from planner import __version__
 from planner.errors import InputIssue, PlannerInputError
+from planner.output.engine_note import engine_mismatch_notes
 from planner.output.engines import (
     ENGINE_BUILDERS,
     ENGINE_VERSIONS,
@@ -27,7 +28,6 @@ from planner.output.engines import (
     replicas_of,
     vendor_of,
 )
-from planner.output.engine_note import engine_mismatch_notes
 from planner.output.kubernetes import group_endpoints, manifests_text
 from planner.output.launch import HostRef, LaunchScript, Server, render_script, word
 from planner.output.launch import safe_file_name as safe_name

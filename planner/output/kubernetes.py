@@ -19,8 +19,22 @@ import shlex
 import yaml
 
 from planner.errors import InputIssue, PlannerInputError
-from planner.output.engines import API_PORT, ENGINE_VERSIONS, checkpoint, host_size, vendor_of
-from planner.output.k8s_pods import HF_SECRET, HF_SECRET_KEY, WORKLOAD_LABEL, PodNeeds, compute_domain, container, pod_template
+from planner.output.engines import (
+    API_PORT,
+    ENGINE_VERSIONS,
+    checkpoint,
+    host_size,
+    vendor_of,
+)
+from planner.output.k8s_pods import (
+    HF_SECRET,
+    HF_SECRET_KEY,
+    WORKLOAD_LABEL,
+    PodNeeds,
+    compute_domain,
+    container,
+    pod_template,
+)
 from planner.output.launch import HostRef, LaunchScript, RankRef, Server, Word
 
 __all__ = ["group_endpoints", "manifests_text"]
