@@ -11,7 +11,8 @@ import pytest
 
 from planner.errors import PlannerInputError
 from planner.output.engines import vendor_of
-from planner.output.export import export_plan
+from planner.output.export import VLLM_ROUTER, export_plan
+from planner.output.files import vllm_pd_router
 from planner.output.plan_report import solve_record
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -62,7 +63,9 @@ def _table(call: list[str]) -> tuple[dict, list[str]]:
     if call[0] in ("trtllm-serve", "trtllm-llmapi-launch"):
         words = call[call.index("trtllm-serve") + 1:] if "trtllm-serve" in call else call[1:]
         return (FLAGS["trtllm"]["options"], words[1:]) if words[0] != "disaggregated" else ({"-c": {"takes_value": True}}, words[1:])
-    return {}, []  # vLLM's toy proxy: a script from its source tree, not a parser we record
+    if call[0] == "python3" and call[1] == VLLM_ROUTER:  # our own router: its parser takes every word
+        vllm_pd_router.parser().parse_args(call[2:])
+    return {}, []
 
 
 def _check_flags(call: list[str]) -> None:
@@ -106,6 +109,48 @@ def _check_semantics(call: list[str]) -> None:
         assert {"--trust-remote-code", "--trust_remote_code"} & set(words)
 
 
+def _stages_split_over_hosts(record: dict) -> bool:
+    """Whether some host holds part of a data-parallel rank's pipeline stages (a layout vLLM, which keeps a
+    rank's whole TP x PP group on one host, cannot start as planned)."""
+    for d in record["deployments"]:
+        per_host_rank: dict[tuple, set] = {}
+        for role in d["placement"]:
+            rack, slot = role["accelerator"].rsplit("/", 1)
+            per_host_rank.setdefault((role["replica"], rack, int(slot) // record["racks"][rack]["accelerators_per_host"], role["dp_rank"]),
+                                     set()).add(role["stage"])
+        if d["dp_attn"] > 1 and any(len(stages) < d["pp"] for stages in per_host_rank.values()):
+            return True
+    return False
+
+
+def test_vllm_refuses_the_kimi_layout_and_sglang_starts_its_stages_where_planned(solved_bundled, tmp_path):
+    """kimi-k2-hgx-h100: stage 0 of all 8 data-parallel ranks on host 0, stage 1 on host 1 (issue 24). vLLM
+    would run both stages of 4 ranks on each host, so it is refused (exit 2 from the CLI) naming SGLang,
+    whose node n runs pipeline rank n // (nnodes / pp_size) (sglang entrypoints/engine.py)."""
+    from planner.cli.main import main
+
+    record = solve_record(solved_bundled["kimi-k2-hgx-h100"][1])
+    d = record["deployments"][0]
+    assert d["pp"] == 2 and d["dp_attn"] > 1 and _stages_split_over_hosts(record)
+    for fmt in (["--format", "vllm"], ["--format", "lws", "--engine", "vllm"]):
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps(record))
+        assert main(["export", str(plan), *fmt, "-o", str(tmp_path / "out")]) == 2 and not (tmp_path / "out").exists()
+    script = tmp_path / "launch.sh"
+    script.write_text(export_plan(record, "sglang"))
+    hosts = subprocess.run(["bash", str(script), "--list-hosts"], capture_output=True, text=True, check=True).stdout.split()
+    text = script.read_text()
+    for host in hosts[:2]:  # the host's start command as the script runs it (a worker host serves no port, so a smoke run may stop it unlogged)
+        block = text[text.index(f"    {shlex.quote(host)})"):]
+        call = shlex.split(block[:block.index(";;")].replace("\\\n", " "))
+        value = {flag: int(call[call.index(flag) + 1]) for flag in ("--pp-size", "--nnodes", "--node-rank")}
+        pp_rank = value["--node-rank"] // max(value["--nnodes"] // value["--pp-size"], 1)
+        rack, index = host.rsplit("/host", 1)
+        planned = {r["stage"] for r in d["placement"] if r["replica"] == 0 and r["accelerator"].startswith(rack + "/")
+                   and int(r["accelerator"].rsplit("/", 1)[1]) // record["racks"][rack]["accelerators_per_host"] == int(index)}
+        assert planned == {pp_rank}, (host, planned, value)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_every_bundled_export_starts_on_every_host(solved_bundled, stubs, tmp_path, engine):
     started = 0
@@ -114,6 +159,10 @@ def test_every_bundled_export_starts_on_every_host(solved_bundled, stubs, tmp_pa
         vendors = {vendor_of(record, d["accelerator"]) for d in record["deployments"]}
         if not vendors <= ({"NVIDIA"} if engine == "trtllm" else {"NVIDIA", "AMD"}):
             with pytest.raises(PlannerInputError):  # TensorRT-LLM off NVIDIA, or TPU / Trainium: refused by name
+                export_plan(record, engine)
+            continue
+        if engine == "vllm" and _stages_split_over_hosts(record):
+            with pytest.raises(PlannerInputError, match="export --format sglang"):  # vLLM cannot hold the layout: refused by name
                 export_plan(record, engine)
             continue
         text = export_plan(record, engine)
@@ -132,6 +181,8 @@ def test_every_bundled_export_starts_on_every_host(solved_bundled, stubs, tmp_pa
             for call in servers:
                 _check_flags(call)
                 _check_semantics(call)
+                if call[0] == "python3" and call[1] != "-m":  # a script the export ships: written into the run directory
+                    assert (tmp_path / "run" / call[1]).is_file(), (name, call[:2])
                 if call[0] == "vllm" and "--data-parallel-size-local" in call:  # vLLM ParallelConfig's rule
                     assert int(call[call.index("--data-parallel-size-local") + 1]) <= int(call[call.index("--data-parallel-size") + 1])
             text_calls = " ".join(" ".join(c) for c in servers)
@@ -230,6 +281,23 @@ def lws_validator():
     return jsonschema.Draft7Validator(_strict(stored["openAPIV3Schema"]))
 
 
+def _check_files_shipped(pod: dict, configmap: dict) -> None:
+    """Every file a container's command names (a word ending in a file suffix) is in the ConfigMap mounted
+    as its working directory: a script or config the image does not hold must travel with the manifest."""
+    import re
+    import shlex
+
+    mounts = {v["name"]: v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v}
+    for container in pod["containers"]:
+        files = {m["mountPath"]: set(configmap["data"]) for m in container["volumeMounts"]
+                 if mounts.get(m["name"]) == configmap["metadata"]["name"]}
+        assert container["workingDir"] in files
+        for w in shlex.split(container["command"][2]):
+            if re.fullmatch(r"[\w./-]+\.(py|yaml|yml|json|sh)", w):
+                directory, _, base = (w if w.startswith("/") else f"{container['workingDir']}/{w}").rpartition("/")
+                assert base in files.get(directory, set()), (w, container["name"], sorted(files.get(directory, set())))
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_leaderworkerset_manifests_match_the_crd(solved_bundled, lws_validator, engine):
     import yaml
@@ -239,23 +307,88 @@ def test_leaderworkerset_manifests_match_the_crd(solved_bundled, lws_validator, 
         record = solve_record(result)
         try:
             text = export_plan(record, "lws", engine=engine)
-        except PlannerInputError as exc:  # stated refusals only: engines off their hardware, mpirun between pods
+        except PlannerInputError as exc:  # stated refusals only: engines off their hardware, mpirun between pods, vLLM's rank order
             assert "only" in str(exc) or "mpirun" in str(exc) or "no " in str(exc), (name, exc)
+            assert "pipeline stages" not in str(exc) or (engine == "vllm" and _stages_split_over_hosts(record))
             continue
         docs = list(yaml.safe_load_all(text))
         assert docs[0]["kind"] == "ConfigMap" and all(len(k) <= 253 for k in docs[0]["data"])
-        for doc in docs[1:]:
-            assert doc["kind"] == "LeaderWorkerSet" and len(doc["metadata"]["name"]) <= 63
+        _check_names(docs)
+        for doc in (d for d in docs[1:] if d["kind"] == "LeaderWorkerSet"):
             errors = sorted(lws_validator.iter_errors(doc), key=str)
             assert not errors, (name, engine, [e.message for e in errors[:3]])
             template = doc["spec"]["leaderWorkerTemplate"]
             for pod in (template["workerTemplate"], template.get("leaderTemplate", template["workerTemplate"])):
                 command = pod["spec"]["containers"][0]["command"][2]
                 assert "<" not in command and "127.0.0.1" not in command and "_VISIBLE_DEVICES" not in command
+                _check_files_shipped(pod["spec"], docs[0])
+                _check_pod(pod["spec"], engine)
             checked += 1
-        servers = [d for d in docs[1:] if d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"]
+        servers = [d for d in docs[1:] if d["kind"] == "LeaderWorkerSet" and d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"]
         assert sum(d["spec"]["replicas"] for d in servers) == sum(d["replicas"] for d in record["deployments"])  # a group per replica
+        _check_imex(record, docs, servers)
+        _check_services(record, docs)
     assert checked > 0
+
+
+def _check_pod(pod: dict, engine: str) -> None:
+    """What a serving pod needs beyond its command (issue 24's warnings)."""
+    import shlex
+
+    main = pod["containers"][0]
+    tag = main["image"].rsplit(":", 1)[1]
+    assert tag != "latest"
+    if engine != "trtllm":  # the release whose parser the flags were recorded from
+        assert tag.startswith(f"v{FLAGS[engine]['version']}"), (main["image"], FLAGS[engine]["version"])
+    gpus = max(main.get("resources", {}).get("limits", {}).values(), default=0)
+    if gpus:  # /dev/shm: SGLang's install guide runs its image on an 8-GPU host with --shm-size 32g, so 4 GiB per GPU
+        shm = next(v for v in pod["volumes"] if v["name"] == next(m["name"] for m in main["volumeMounts"] if m["mountPath"] == "/dev/shm"))
+        assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": f"{32 * gpus // 8}Gi"}
+    words = shlex.split(main["command"][2])
+    repo = words[words.index("serve") + 1] if "serve" in words else words[words.index("--model-path") + 1] if "--model-path" in words else \
+        words[words.index("trtllm-serve") + 1] if "trtllm-serve" in words else None
+    if repo and repo != "disaggregated" and not repo.startswith("/"):  # a Hugging Face download: the token from a named secret, required where the repo is gated
+        token = next(e for e in main["env"] if e["name"] == "HF_TOKEN")["valueFrom"]["secretKeyRef"]
+        assert token["name"] and token["optional"] is (not repo.startswith("meta-llama/")), (repo, token)
+    if "ports" in main:
+        port = main["ports"][0]["containerPort"]
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert main[probe]["httpGet"]["port"] == port and main[probe]["httpGet"]["path"].startswith("/health")
+
+
+def _check_imex(record: dict, docs: list[dict], servers: list[dict]) -> None:
+    """On a rack whose NVLink domain spans several hosts, every pod of a multi-host group claims a channel
+    from a ComputeDomain of the NVIDIA DRA driver (resource.nvidia.com/v1beta1); elsewhere none does."""
+    domains = {d["spec"]["channel"]["resourceClaimTemplate"]["name"]: d for d in docs if d["kind"] == "ComputeDomain"}
+    assert all(d["apiVersion"] == "resource.nvidia.com/v1beta1" for d in domains.values())
+    for d, lws in zip(record["deployments"], servers):
+        rack = record["racks"][d["placement"][0]["accelerator"].rsplit("/", 1)[0]]
+        hosts = d["accelerators_per_replica"] / rack["accelerators_per_host"]
+        wanted = hosts > 1 and rack["accelerators"] > rack["accelerators_per_host"] and vendor_of(record, d["accelerator"]) == "NVIDIA"
+        template = lws["spec"]["leaderWorkerTemplate"]
+        for pod in (template["workerTemplate"], template.get("leaderTemplate", template["workerTemplate"])):
+            claims = pod["spec"].get("resourceClaims", [])
+            assert bool(claims) == wanted, (d["rack"], hosts)
+            for claim in claims:
+                assert claim["resourceClaimTemplateName"] in domains
+                assert {"name": claim["name"]} in pod["spec"]["containers"][0]["resources"]["claims"]
+
+
+def _check_services(record: dict, docs: list[dict]) -> None:
+    """A Service per workload, selecting the pods that answer it: leaders (worker index 0) that serve HTTP."""
+    services = [d for d in docs if d["kind"] == "Service"]
+    assert len(services) == len({d["workload"] for d in record["deployments"]})
+    for service in services:
+        selector = dict(service["spec"]["selector"])
+        assert selector.pop("leaderworkerset.sigs.k8s.io/worker-index") == "0"
+        matched = []
+        for lws in (d for d in docs if d["kind"] == "LeaderWorkerSet"):
+            template = lws["spec"]["leaderWorkerTemplate"]
+            leader = template.get("leaderTemplate", template["workerTemplate"])
+            if selector.items() <= leader.get("metadata", {}).get("labels", {}).items():
+                matched.append(lws)
+                assert leader["spec"]["containers"][0]["ports"][0]["name"] == service["spec"]["ports"][0]["targetPort"]
+        assert matched, service["metadata"]["name"]
 
 
 def test_a_kubernetes_router_reaches_every_group_at_its_template_port(solved_bundled):
@@ -266,8 +399,9 @@ def test_a_kubernetes_router_reaches_every_group_at_its_template_port(solved_bun
 
     record = solve_record(solved_bundled["disaggregation-wins-long-prompts"][1])
     docs = list(yaml.safe_load_all(export_plan(record, "lws", engine="sglang")))
-    servers = {d["metadata"]["name"]: d for d in docs[1:] if d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"}
-    router = next(d for d in docs[1:] if d["metadata"]["labels"]["app.kubernetes.io/component"] == "router")
+    lws = [d for d in docs[1:] if d["kind"] == "LeaderWorkerSet"]
+    servers = {d["metadata"]["name"]: d for d in lws if d["metadata"]["labels"]["app.kubernetes.io/component"] == "server"}
+    router = next(d for d in lws if d["metadata"]["labels"]["app.kubernetes.io/component"] == "router")
     command = router["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["command"][2]
     prefill = re.findall(r"--prefill http://([a-z0-9-]+)-(\d+)\.([a-z0-9-]+):(\d+) (\d+)", command)
     n_prefill = sum(d["replicas"] for d in record["deployments"] if d["role"] == "prefill")
@@ -336,3 +470,112 @@ def test_speculative_decoding_reaches_every_server_with_the_engines_own_flags(so
         assert options and all(o["speculative_config"] == {"decoding_type": "MTP", "max_draft_len": k} for o in options)
         assert "MTP" in known["speculative_config.decoding_type"]["allowed"]
     assert f"speculative decoding with {k} MTP draft tokens" in script.read_text()  # the assumed acceptance, as a NOTE
+
+
+DNS_1035 = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+# A LeaderWorkerSet's name is its headless Service's (a DNS-1035 label); group g runs as StatefulSet `<name>-<g>`,
+# whose pods carry the label `controller-revision-hash: <statefulset>-<10 characters>` (a label value: at most 63),
+# so `<name>-<g>` has at most 52 characters for every group up to 999999 (the webhook's replica limit).
+LWS_NAME_MAX = 52 - len("-999999")
+
+
+def _check_names(docs: list[dict]) -> None:
+    """Every object's name a DNS-1035 label within the controller's limits, unique among its kind; a
+    LeaderWorkerSet's name is also a Service's (its headless one), so Services and LeaderWorkerSets share one space."""
+    import re
+
+    seen: dict[str, set[str]] = {}
+    for doc in docs:
+        name, kind = doc["metadata"]["name"], doc["kind"]
+        assert re.fullmatch(DNS_1035, name) and len(name) <= 63, name
+        if kind == "LeaderWorkerSet":
+            assert len(name) <= LWS_NAME_MAX, name
+        space = "Service" if kind in ("Service", "LeaderWorkerSet") else kind
+        assert name not in seen.setdefault(space, set()), (kind, name)
+        seen[space].add(name)
+
+
+@pytest.mark.parametrize("problem", ["mixed-fleet-three-models on gb200-nvl72 + hgx-h100",  # the issue's: 6 groups shared one name
+                                     "mixed-fleet-three-models-on-gb200-nvl72-hgx-h100", "q" * 63, "7" + "-" * 62, "x"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_kubernetes_object_has_its_own_valid_name(solved_bundled, problem, engine):
+    import yaml
+
+    for bundled in ("mixed-fleet-three-models", "disaggregation-wins-long-prompts"):
+        record = json.loads(json.dumps(solve_record(solved_bundled[bundled][1])))
+        record["problem"] = problem
+        docs = list(yaml.safe_load_all(export_plan(record, "lws", engine=engine)))
+        lws = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
+        assert len(lws) >= len(record["deployments"])
+        _check_names(docs)
+
+
+def test_the_vllm_router_hands_the_prefill_servers_kv_to_a_decode_server():
+    """The shipped router run against two stub vLLM servers: the prefill side gets one output token and
+    do_remote_decode, the decode side the kv_transfer_params the prefill side answered with, and the
+    client the decode side's answer (streamed too)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import StreamingResponse
+    from fastapi.testclient import TestClient
+
+    seen: dict[str, list[dict]] = {"prefill": [], "decode": []}
+    prefill, decode = FastAPI(), FastAPI()
+
+    @prefill.post("/v1/completions")
+    async def prefill_completion(request: Request) -> dict:
+        seen["prefill"].append(await request.json())
+        return {"choices": [{"text": "x"}], "kv_transfer_params": {"remote_engine_id": "p0", "remote_block_ids": [3, 4]}}
+
+    @decode.post("/v1/completions")
+    async def decode_completion(request: Request):
+        body = await request.json()
+        seen["decode"].append(body)
+        if body.get("stream"):
+            return StreamingResponse(iter([b"data: a\n\n", b"data: [DONE]\n\n"]), media_type="text/event-stream")
+        return {"choices": [{"text": "the answer"}]}
+
+    import httpx
+
+    app = vllm_pd_router.make_app(["http://prefill"], ["http://decode"])
+    routes = {"prefill": httpx.ASGITransport(app=prefill), "decode": httpx.ASGITransport(app=decode)}
+
+    class ByHost(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request):
+            return await routes[request.url.host].handle_async_request(request)
+
+    app.state.client = httpx.AsyncClient(transport=ByHost())  # the router's servers are the stub apps
+    with TestClient(app) as client:
+        answer = client.post("/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 50})
+        assert answer.status_code == 200 and answer.json()["choices"][0]["text"] == "the answer"
+        streamed = client.post("/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 50, "stream": True})
+        assert streamed.text == "data: a\n\ndata: [DONE]\n\n"
+        assert client.get("/healthcheck").status_code == 200
+    first, second = seen["prefill"][0], seen["decode"][0]
+    assert first["max_tokens"] == 1 and first["stream"] is False and first["kv_transfer_params"]["do_remote_decode"] is True
+    assert second["max_tokens"] == 50 and second["kv_transfer_params"] == {"remote_engine_id": "p0", "remote_block_ids": [3, 4]}
+    assert seen["decode"][1]["stream"] is True
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "sglang", "lws"])
+def test_an_export_for_another_engine_says_what_the_planner_gives_for_it(solved_bundled, fmt):
+    """llama-3.1-70b-hgx-h100 is solved with TensorRT-LLM's kernel rates; a vLLM or SGLang export says so in a
+    NOTE, with the figures the public evaluate() gives for the same replica on that engine's rates."""
+    import re
+
+    from planner.quick import evaluate
+
+    record = solve_record(solved_bundled["llama-3.1-70b-hgx-h100"][1])
+    engine = "vllm" if fmt == "lws" else fmt
+    assert record["problem_spec"]["engine"] == "trtllm"
+    text = export_plan(record, fmt, engine=engine) if fmt == "lws" else export_plan(record, fmt)
+    d, w = record["deployments"][0], record["problem_spec"]["workloads"][0]
+    mine = evaluate(d["model"], d["rack"], d["batch_per_replica"], w["input_tokens"], w["output_tokens"], tp=d["tp"], pp=d["pp"],
+                    weights=d["precisions"]["weights"], kv_cache=d["precisions"]["kv_cache"], compute=d["precisions"]["compute"],
+                    overlap=record["problem_spec"]["solver"]["overlap"], engine=engine)
+    note = re.search(rf"NOTE: deployment 0 was sized with trtllm's measured kernel rates \(TPOT ([\d.]+) ms, TTFT ([\d.]+) ms\); "
+                     rf"with {engine}'s the planner gives TPOT ([\d.]+) ms, TTFT ([\d.]+) ms", text)
+    assert note, text[:3000]
+    assert float(note[1]) == pytest.approx(d["tpot_s"] * 1000, rel=1e-3)
+    assert float(note[3]) == pytest.approx(mine.tpot_s * 1000, rel=1e-3) and float(note[4]) == pytest.approx(mine.ttft_s * 1000, rel=1e-3)
+    assert mine.tpot_s != pytest.approx(d["tpot_s"], rel=1e-3)  # the engines' rates differ: the note says something
+    assert "sized with" not in export_plan(record, "trtllm")  # the plan's own engine: no note

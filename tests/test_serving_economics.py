@@ -198,7 +198,7 @@ def test_disaggregated_exports_name_the_transfer_flags():
     _, result = _solved("disaggregation-wins-long-prompts")
     record = solve_record(result)
     vllm = export_plan(record, "vllm")
-    assert '"kv_role": "kv_producer"' in vllm and '"kv_role": "kv_consumer"' in vllm and "toy_proxy_server.py" in vllm
+    assert '"kv_role": "kv_producer"' in vllm and '"kv_role": "kv_consumer"' in vllm and "vllm_pd_router.py" in vllm
     assert "start router-summarise 8192 /healthcheck" in vllm  # the toy proxy's health endpoint; /health would never answer
     sglang = export_plan(record, "sglang")
     assert "--disaggregation-mode prefill" in sglang and "--disaggregation-mode decode" in sglang

@@ -14,6 +14,7 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from planner.errors import InputIssue, PlannerInputError
 from planner.hardware.catalog import load_hardware_catalog
 from planner.model.catalog import load_model_specs
 from planner.output.launch import (
@@ -179,7 +180,30 @@ def _flags(*pairs) -> list[Word]:
 # vLLM
 
 
+def _vllm_refuses(record: dict, d: dict, index: int) -> None:
+    """Refuse a replica whose hosts hold some but not all pipeline stages of a data-parallel rank: vLLM
+    starts every data-parallel rank with its whole TP x PP group on one host (data parallelism outermost,
+    `--data-parallel-size-local` ranks per host), so the stages the plan spread over hosts would all run on
+    each host and every MoE layer's expert collective would cross hosts. SGLang puts pipeline stages on
+    consecutive nodes (entrypoints/engine.py `_calculate_rank_ranges`: node n runs PP ranks from
+    n // (nnodes / pp_size)), as the plan does."""
+    if d["pp"] == 1 or d["dp_attn"] == 1:
+        return
+    for roles in replicas_of(d):
+        stages: dict[tuple[str, int], set[int]] = {}
+        for role in roles:
+            rack, slot = role["accelerator"].rsplit("/", 1)
+            stages.setdefault((f"{rack}/host{int(slot) // host_size(record, rack)}", role["dp_rank"]), set()).add(role["stage"])
+        split = next(((host, rank) for (host, rank), held in stages.items() if len(held) < d["pp"]), None)
+        if split:
+            raise PlannerInputError(InputIssue(
+                f"deployments[{index}]", f"vLLM runs each data-parallel rank's {d['pp']} pipeline stages on one host, but the plan "
+                f"puts only stage(s) {sorted(stages[split])} of rank {split[1]} on {split[0]}: every MoE layer's collective would "
+                "cross hosts, slower than planned", "export --format sglang, which places pipeline stages host by host as planned"))
+
+
 def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
+    _vllm_refuses(record, d, index)
     ckpt, kv = checkpoint(d), d["precisions"]["kv_cache"]
     tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
     role = d.get("role", "aggregated")

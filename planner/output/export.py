@@ -13,9 +13,11 @@ Physical expert slots are numbered rank-major: slot p lives on expert-parallel r
 """
 
 import json
+from pathlib import Path
 
 from planner import __version__
 from planner.errors import InputIssue, PlannerInputError
+from planner.output.engine_note import engine_mismatch_notes
 from planner.output.engines import (
     ENGINE_BUILDERS,
     ENGINE_VERSIONS,
@@ -34,6 +36,7 @@ __all__ = ["export_plan", "placement_document"]
 
 PLACEMENT_FORMAT = "llm-deployment-placement"
 PLACEMENT_FORMAT_VERSION = 1
+VLLM_ROUTER = "vllm_pd_router.py"  # the prefill/decode router of vLLM exports, in planner/output/files/
 
 
 def _experts_of(d: dict, role: dict) -> dict[str, list[int]]:
@@ -137,15 +140,14 @@ def _routers(record: dict, fmt: str, script: LaunchScript, ports: Ports) -> None
             lines += [word('    - "', HostRef(h), f':{p}"') for h, p, _ in decode]
             script.generated_files[config] = lines
             argv = [word("trtllm-serve"), word("disaggregated"), word("-c"), word(config)]
-        else:  # vLLM's disaggregated-prefill proxy ships in its source tree (tests/v1/kv_connector/nixl_integration)
-            argv = [word("python3"), word("toy_proxy_server.py"), word("--host"), word("0.0.0.0"), word("--port"), word(port)]
+        else:  # our own router (planner/output/files/), shipped with the other files: nothing to copy by hand
+            script.files[VLLM_ROUTER] = (Path(__file__).parent / "files" / VLLM_ROUTER).read_text()
+            argv = [word("python3"), word(VLLM_ROUTER), word("--host"), word("0.0.0.0"), word("--port"), word(port)]
             argv += [word("--prefiller-hosts"), *(word(HostRef(h)) for h, _, _ in prefill)]
             argv += [word("--prefiller-ports"), *(word(p) for _, p, _ in prefill)]
             argv += [word("--decoder-hosts"), *(word(HostRef(h)) for h, _, _ in decode)]
             argv += [word("--decoder-ports"), *(word(p) for _, p, _ in decode)]
-            script.notes.append("the vLLM router is toy_proxy_server.py from vLLM's source tree "
-                                "(tests/v1/kv_connector/nixl_integration/); copy it into the run directory first")
-        # vLLM's toy proxy answers on /healthcheck (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py)
+        # the vLLM router answers on /healthcheck (planner/output/files/vllm_pd_router.py)
         script.servers.append(Server(host, f"router-{workload}", argv, port, "/healthcheck" if fmt == "vllm" else "/health"))
 
 
@@ -160,6 +162,7 @@ def build_launch(record: dict, fmt: str, routers: bool = True) -> LaunchScript:
         header.append(f"deployment {i}: {d['workload']} ({d['model']}) on {d['rack']}, {d['replicas']} {d.get('role', 'aggregated')} "
                       f"replica(s), TP{d['tp']} DPattn{d['dp_attn']} EP{d['ep']} PP{d['pp']}, batch {d['batch_per_replica']}")
     script, ports = LaunchScript(fmt, header, hosts, []), Ports()
+    script.notes += engine_mismatch_notes(record, fmt)
     for i, d in enumerate(record["deployments"]):
         ENGINE_BUILDERS[fmt](record, d, i, script, ports)
     if routers:

@@ -27,7 +27,7 @@ from planner.placement.groups import expert_groups_local, ranks_per_domain
 from planner.precision import FlopsFormat, Precision
 from planner.problem.resolve import ResolvedProblem
 
-__all__ = ["PlanScore", "Violation", "check_plan", "score_plan"]
+__all__ = ["PlanScore", "Violation", "check_plan", "deployment_inputs_of", "score_plan"]
 
 RELATIVE_TOLERANCE = 1e-6
 
@@ -192,6 +192,9 @@ def _cache(w, d: dict, rack, where: str, out: list[Violation]):
     except ValueError as exc:
         out.append(Violation(f"{where}.kv_tier", str(exc)))
         return None
+
+
+deployment_inputs_of = _inputs  # a deployment's inputs as the checker derives them (the export's engine note re-derives them)
 
 
 def _check_deployment(resolved: ResolvedProblem, d: dict, where: str, out: list[Violation]) -> _Checked | None:
