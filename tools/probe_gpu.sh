@@ -6,6 +6,10 @@
 # Needs python3 with a CUDA or ROCm build of PyTorch, pandas and pyarrow, and the planner's light
 # dependencies (pydantic, PyYAML, rich, numpy, networkx). Where pip cannot reach an index, wheels
 # left in .whl/ beside this checkout are installed first (pip download them on a machine that can).
+# For a Python 3.12 device image without pydantic, e.g.:
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     -d .whl pydantic==2.13.4 pydantic_core==2.46.4 annotated-types==0.7.0 typing-inspection==0.4.2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: tools/probe_gpu.sh OUT}
