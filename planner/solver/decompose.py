@@ -1,10 +1,9 @@
 """Fleet models split by workload: a Lagrangian decomposition that hands CP-SAT a near-optimal plan,
 cuts that lift its bound, and, when the gap is small, a proof of optimality.
 
-A fleet model couples its workloads only through rows that span several of them: rack budgets, a
-cost cap, exclusions. Everything else (demand, serving modes, TTFT pairs) belongs to one workload's
-block. Pricing the coupling rows at multipliers mu >= 0 splits the model into one small CP-SAT model
-per workload; for any feasible plan x,
+A fleet model couples its workloads only through rows that span several of them: rack budgets, a cost cap,
+exclusions. Everything else (demand, serving modes, TTFT pairs) belongs to one workload's block. Pricing the
+coupling rows at multipliers mu >= 0 splits the model into one small CP-SAT model per workload; for any plan x,
 
     objective(x) >= sum_w L_w(x_w) - mu.b >= sum_w l_w - mu.b     (the Lagrangian bound)
 
@@ -12,18 +11,18 @@ where L_w is block w's priced objective and l_w a proven lower bound of its mini
 
 1. the LP relaxation (GLOP), with the cuts `L_w(x_w) >= l_w` of every round added, gives the
    multipliers: the duals of the coupling rows; a few rounds, until the bound stops rising;
-2. each workload's plans at those prices and at multiples of them, and the plans of a sequential
-   pass (workloads one at a time, largest first, within what the others leave), are the columns of
-   a restricted master problem (one plan per workload, coupling rows kept): the incumbent;
-3. the proof (planner.solver.projection): every plan that could beat or tie the incumbent has
-   `L_w(x_w) - l_w <= incumbent - bound` in each block, and an optimal fleet needs, per workload, only
-   the plans on its Pareto front of cost against its use of the binding rows. The master over those
-   fronts is the whole problem: its optimum is proven, and its canonical tie-break is exact.
+2. each workload's plans at those prices and at multiples of them, and the plans of a sequential pass (workloads
+   one at a time, largest first, within what the others leave), are the columns of a restricted master problem
+   (one plan per workload, coupling rows kept): the incumbent;
+3. the proof (planner.solver.projection): every plan that could beat or tie the incumbent has `L_w(x_w) - l_w <=
+   incumbent - bound` in each block, and an optimal fleet needs, per workload, only the plans on its Pareto front
+   of cost against its use of the binding rows. The master over those fronts is the whole problem: its optimum is
+   proven, and its canonical tie-break is exact.
 
-When step 3 does not finish, the caller keeps the best plan found (the proof's masters may improve
-the incumbent) as a complete hint, the best bound proven, and the cuts as rows of the full model.
-Every number is an integer of the model's own units: the multipliers are rounded down to integers,
-so each cut is exact.
+When step 3 does not finish, the caller keeps the best plan found (the proof's masters may improve the incumbent)
+as a complete hint, the best bound proven, and the cuts as rows of the full model. Every number is an integer of
+the model's own units: the multipliers are rounded down to integers, so each cut is exact. Each LP solve is capped
+in simplex iterations (GLOP can cycle on a re-solve once cuts are added); a round that hits the cap ends the rounds.
 """
 
 import math
@@ -38,11 +37,13 @@ from ortools.sat.python import cp_model
 from planner.cpsat import cpsat_solver
 from planner.modes import SolveStatus
 from planner.solver.linear_terms import term_range, weighted
+from planner.units import MS
 
 __all__ = ["Decomposition", "Incumbent", "Outcome", "split_by_block"]
 
 INT64_EDGE = 2**62  # domain ends beyond this are infinite
 ROUNDS = 6  # Lagrangian rounds at most (the bound usually stops rising after one or two)
+GLOP_ITERATIONS_PER_ENTRY = 2  # simplex iterations per LP variable and row, at most (a first solve takes ~0.2)
 PRICE_FACTORS = (0.0, 0.5, 0.9, 1.1, 2.0)  # multiples of the final prices whose plans join the master's columns
 SUB_DTIME = 0.5  # deterministic-time limit of one workload's solve
 MASTER_DTIME = 4.0  # deterministic-time limit of one master solve
@@ -153,8 +154,6 @@ def _as_rows(terms: tuple[tuple[int, int], ...], bounds: tuple[int, int]) -> lis
     return ([Row(terms, hi)] if hi < INT64_EDGE else []) + ([Row(tuple((r, -c) for r, c in terms), -lo)] if lo > -INT64_EDGE else [])
 
 
-
-
 class Decomposition:
     """The Lagrangian decomposition of one built model (see the module docstring)."""
 
@@ -244,14 +243,19 @@ class Decomposition:
         objective.SetMinimization()
         return lp, xs, coupling
 
+    def _solve_lp(self, lp: pywraplp.Solver) -> int:
+        """One LP solve, capped in simplex iterations, the wall-clock deadline as a guard (module docstring)."""
+        lp.SetSolverSpecificParametersAsString(f"max_number_of_iterations: {GLOP_ITERATIONS_PER_ENTRY * (lp.NumVariables() + lp.NumConstraints())}")
+        lp.SetTimeLimit(max(1, int((self.deadline - time.perf_counter()) / MS)))
+        return lp.Solve()
+
     def multipliers(self) -> tuple[int, list[int], list[int]] | None:
-        """Rounds of LP duals and pricing; the best Lagrangian bound, its multipliers and the blocks'
-        minima at them."""
+        """Rounds of LP duals and pricing; the best Lagrangian bound, its multipliers and the blocks' minima at them."""
         lp, xs, coupling = self._lp()
         best, best_mu, best_lows = -math.inf, [0] * len(self.rows), []
         for _ in range(ROUNDS):
-            if lp.Solve() != pywraplp.Solver.OPTIMAL:
-                return None
+            if self._solve_lp(lp) != pywraplp.Solver.OPTIMAL:  # the rounds before it stand
+                return (best, best_mu, best_lows) if best_lows else None
             mu = [max(0, math.floor(-row.dual_value())) for row in coupling]  # a <= row's dual is <= 0 when minimising
             n_cuts = len(self.cuts)
             priced = self.price(mu)
@@ -328,11 +332,10 @@ class Decomposition:
     def master(self, columns: list[list[tuple[tuple[int, int], ...]] | None], *, rows: list[int] | None = None,
                cap: int | None = None, tie_break: dict[int, int] | None = None,
                limits: dict[int, tuple[dict[int, int], int]] | None = None, dtime: float | None = None) -> tuple[SolveStatus, dict[int, int] | None, int | None]:
-        """One plan per workload from `columns`, the coupling rows kept (those numbered in `rows`, or
-        all), the objective minimised (then, if `tie_break` is given, the tie-break among the plans of
-        equal objective). A workload whose columns are None joins whole: its own variables and rows,
-        with `limits[k]` (terms, most) as one more row. Returns the status, the full assignment and
-        the objective."""
+        """One plan per workload from `columns`, the coupling rows kept (those numbered in `rows`, or all), the
+        objective minimised (then, if `tie_break` is given, the tie-break among the plans of equal objective). A
+        workload whose columns are None joins whole: its own variables and rows, with `limits[k]` (terms, most) as
+        one more row. Returns the status, the full assignment and the objective."""
         master = cp_model.CpModel()
         atoms: list[tuple[cp_model.IntVar, dict[int, int], bool]] = []  # (variable, its value per full-model index, a plan's pick)
         for k, plans in enumerate(columns):
