@@ -109,3 +109,31 @@ def test_decomposed_fleets_match_exhaustive_search(seed, monkeypatch):
     point = _assignment(model, v, best)
     for terms, low in dec.cuts:  # every cut holds at the reference's optimal plan
         assert sum(c * point[i] for i, c in terms) >= low
+
+
+def test_an_lp_round_that_hits_its_iteration_cap_keeps_the_rounds_before_it(monkeypatch):
+    """GLOP once cycled on a re-solve after cuts were added; each solve is capped in simplex
+    iterations. The hand-worked fleet: with no iteration allowed the first LP has no answer, so there
+    are no prices (None) and the search falls back to CP-SAT alone, which still proves $16/h; when only
+    the second solve fails, the first round's bound ($16/h, proven by hand above) stands."""
+    from planner.solver import decompose
+
+    d = two_workloads()
+    monkeypatch.setattr(decompose, "GLOP_ITERATIONS_PER_ENTRY", 0)
+    dec, _, _ = decomposition(d)
+    assert dec.multipliers() is None
+    monkeypatch.setattr(search, "DECOMPOSE_MIN_CANDIDATES", 0)
+    raw = search.solve_data(d, time_limit_s=10, seed=0, workers=2)
+    assert (raw.status, raw.objective_int) == ("OPTIMAL", 16 * MICRO_USD)
+
+    monkeypatch.setattr(decompose, "GLOP_ITERATIONS_PER_ENTRY", 2)
+    dec, _, _ = decomposition(d)
+    real, calls = dec._solve_lp, []
+
+    def second_fails(lp):
+        calls.append(1)
+        return real(lp) if len(calls) == 1 else 4  # pywraplp's ABNORMAL, as a cycling GLOP ends
+    monkeypatch.setattr(dec, "_solve_lp", second_fails)
+    bound, mu, _ = dec.multipliers()
+    assert len(calls) == 2  # the second round's solve was the one that failed
+    assert bound == 16 * MICRO_USD and max(mu) == 1 * MICRO_USD
