@@ -120,3 +120,32 @@ def test_import_errors_name_the_field(tmp_path):
     with pytest.raises(PlannerInputError) as info:
         spec_from_hf_config(irregular, "q")
     assert "mlp_only_layers" in str(info.value)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("hidden_size", "4096"), ("num_attention_heads", 0), ("num_attention_heads", True),
+    ("moe_layer_freq", "2"), ("intermediate_size", [14336]), ("num_hidden_layers", 32.5),
+])
+def test_wrong_typed_numbers_are_refused_by_name(key, value):
+    """A number written as text, a list, a fraction or a boolean (or zero heads, which the head width
+    divides by) is refused with the key's name; before, the first two raised TypeError and
+    ZeroDivisionError from the head-width arithmetic."""
+    with pytest.raises(PlannerInputError) as info:
+        spec_from_hf_config(dict(LLAMA_31_8B, **{key: value}), "x")
+    assert key in str(info.value)
+
+
+def test_a_whole_number_written_as_a_float_is_accepted():
+    spec = spec_from_hf_config(dict(LLAMA_31_8B, hidden_size=4096.0), "x")
+    assert spec.hidden_size == 4096 and spec.attention.head_dim == 128  # 4096 / 32 heads
+
+
+@pytest.mark.parametrize("key, value", [
+    ("num_hidden_layers", 10**8), ("hidden_size", 2**21), ("vocab_size", 2**25), ("max_position_embeddings", 2**28),
+])
+def test_sizes_beyond_any_published_model_are_refused(key, value):
+    """10^8 layers kept a solve running past a minute (10^6 took 6 s); every bound is far beyond the largest published
+    figure (126 layers, 16,384 hidden, 262,144 vocabulary, 10M tokens of context)."""
+    with pytest.raises(PlannerInputError) as info:
+        spec_from_hf_config(dict(LLAMA_31_8B, **{key: value}), "x")
+    assert "less than or equal" in str(info.value)

@@ -26,6 +26,15 @@ LLAMA4_NO_ROPE_LAYER_INTERVAL = 4  # transformers Llama4TextConfig default: ever
 OUTPUT_BIAS_FOLLOWS_ATTENTION_BIAS = {"llama", "mistral", "mixtral", "gpt_oss", "llama4_text", "llama4"}
 QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe"}
 QK_NORM_FAMILIES = {"qwen3", "qwen3_moe"}
+# Every config.json key this module reads as a number, checked before any arithmetic on it.
+NUMBER_KEYS = (
+    "num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "intermediate_size",
+    "moe_intermediate_size", "intermediate_size_mlp", "shared_expert_intermediate_size", "n_routed_experts",
+    "num_local_experts", "num_experts", "num_experts_per_tok", "experts_per_token", "n_shared_experts",
+    "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", "n_group",
+    "topk_group", "sliding_window", "attention_chunk_size", "max_position_embeddings", "num_nextn_predict_layers",
+)
 
 
 def _flatten(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,6 +49,20 @@ def _require(cfg: Mapping[str, Any], key: str, path: str) -> Any:
     if cfg.get(key) is None:
         raise PlannerInputError(InputIssue(f"{path}: {key}", "missing from config.json", "use the model's full config.json"))
     return cfg[key]
+
+
+def _check_numbers(cfg: Mapping[str, Any], path: str) -> None:
+    """Refuse a number written as text, a list or a fraction before anything divides or compares it."""
+    issues = [
+        InputIssue(f"{path}: {key}", f"{cfg[key]!r} is not a whole number", "write a whole number without quotes, as published config.json files do")
+        for key in NUMBER_KEYS
+        if cfg.get(key) is not None and (isinstance(cfg[key], bool) or not isinstance(cfg[key], int | float)
+                                         or (isinstance(cfg[key], float) and not cfg[key].is_integer()))
+    ]
+    if cfg.get("num_attention_heads") == 0:
+        issues.append(InputIssue(f"{path}: num_attention_heads", "is 0", "a model has at least one attention head"))
+    if issues:
+        raise PlannerInputError(issues)
 
 
 def _attention(cfg: dict, model_type: str, path: str) -> dict:
@@ -152,6 +175,7 @@ def _native_precisions(cfg: dict) -> dict:
 def spec_from_hf_config(config: Mapping[str, Any], model_id: str, name: str | None = None, path: str = "config.json") -> ModelSpec:
     """Build a validated ModelSpec from a Hugging Face config dictionary."""
     cfg = _flatten(config)
+    _check_numbers(cfg, path)
     model_type = str(cfg.get("model_type", ""))
     n_layers = _require(cfg, "num_hidden_layers", path)
     moe, dense = _moe(cfg, model_type, path)
