@@ -22,6 +22,7 @@ from planner.model.architecture import (
     PublishedCounts,
 )
 from planner.paths import data_dir
+from planner.modes import EXPERT_ROUTINGS
 from planner.precision import Precision
 from planner.schema import CatalogId, EdgeModel
 
@@ -95,7 +96,7 @@ class MoESpec(EdgeModel):
     expert_groups: Experts = Field(default=1, description="groups the router picks from before choosing experts (config n_group)")
     groups_per_token: Experts = Field(default=1, description="groups a token's experts may come from (config topk_group); "
                                           "with whole groups per node it caps the nodes a token is sent to")
-    routing: Literal["balanced", "power_law_1.01", "power_law_1.2"] = Field(
+    routing: Literal[EXPERT_ROUTINGS] = Field(  # type: ignore[valid-type]
         default="power_law_1.2",
         description="tokens-per-expert skew of the measured grouped-GEMM tables the calibrated step uses when no expert-load "
                     "profile is given (aiconfigurator's defaults: power_law_1.01 for DeepSeek-family and Llama 4, 1.2 otherwise)")
