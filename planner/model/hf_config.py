@@ -35,6 +35,7 @@ NUMBER_KEYS = (
     "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", "n_group",
     "topk_group", "sliding_window", "attention_chunk_size", "max_position_embeddings", "num_nextn_predict_layers",
 )
+LIST_KEYS = ("layer_types", "no_rope_layers", "mlp_only_layers")  # per-layer lists this module iterates over
 
 
 def _flatten(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,14 +52,30 @@ def _require(cfg: Mapping[str, Any], key: str, path: str) -> Any:
     return cfg[key]
 
 
-def _check_numbers(cfg: Mapping[str, Any], path: str) -> None:
-    """Refuse a number written as text, a list or a fraction before anything divides or compares it."""
-    issues = [
-        InputIssue(f"{path}: {key}", f"{cfg[key]!r} is not a whole number", "write a whole number without quotes, as published config.json files do")
-        for key in NUMBER_KEYS
-        if cfg.get(key) is not None and (isinstance(cfg[key], bool) or not isinstance(cfg[key], int | float)
-                                         or (isinstance(cfg[key], float) and not cfg[key].is_integer()))
-    ]
+def _is_whole(value: Any) -> bool:
+    return not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
+
+
+def _type_issues(cfg: Mapping[str, Any], path: str) -> list[InputIssue]:
+    """A number written as text, a list or a fraction, a list or an object of the wrong kind."""
+    issues = [InputIssue(f"{path}: {key}", f"{cfg[key]!r} is not a whole number", "write a whole number without quotes, as published config.json files do")
+              for key in NUMBER_KEYS if cfg.get(key) is not None and not _is_whole(cfg[key])]
+    issues += [InputIssue(f"{path}: {key}", f"{cfg[key]!r} is not a list", "write one entry per layer, e.g. [1, 1, 1, 0]")
+               for key in LIST_KEYS if cfg.get(key) is not None and not isinstance(cfg[key], list)]
+    quant = cfg.get("quantization_config")
+    if quant is not None and not isinstance(quant, Mapping):
+        issues.append(InputIssue(f"{path}: quantization_config", f"{quant!r} is not an object", 'write it as published, e.g. {"quant_method": "fp8"}'))
+    elif quant is not None and quant.get("weight_block_size") is not None:
+        block = quant["weight_block_size"]
+        if not isinstance(block, list) or not block or not all(_is_whole(b) for b in block):
+            issues.append(InputIssue(f"{path}: quantization_config.weight_block_size", f"{block!r} is not a list of whole numbers",
+                                     "write it as published, e.g. [128, 128]"))
+    return issues
+
+
+def _check_types(cfg: Mapping[str, Any], path: str) -> None:
+    """Refuse wrongly typed values before anything divides, compares or iterates over them."""
+    issues = _type_issues(cfg, path)
     if cfg.get("num_attention_heads") == 0:
         issues.append(InputIssue(f"{path}: num_attention_heads", "is 0", "a model has at least one attention head"))
     if issues:
@@ -175,7 +192,7 @@ def _native_precisions(cfg: dict) -> dict:
 def spec_from_hf_config(config: Mapping[str, Any], model_id: str, name: str | None = None, path: str = "config.json") -> ModelSpec:
     """Build a validated ModelSpec from a Hugging Face config dictionary."""
     cfg = _flatten(config)
-    _check_numbers(cfg, path)
+    _check_types(cfg, path)
     model_type = str(cfg.get("model_type", ""))
     n_layers = _require(cfg, "num_hidden_layers", path)
     moe, dense = _moe(cfg, model_type, path)
