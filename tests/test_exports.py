@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from planner.errors import PlannerInputError
+from planner.model.catalog import load_model_specs
 from planner.output.engines import vendor_of
 from planner.output.export import VLLM_ROUTER, export_plan
 from planner.output.files import vllm_pd_router
@@ -245,10 +246,10 @@ def test_tensorrt_llm_is_refused_on_amd(solved_bundled):
 def test_quantizing_at_load_time_is_flagged_where_the_weights_do_not_fit(solved_bundled, monkeypatch):
     # fp8-planned Llama servers pointed at bf16 checkpoints: 141 GB of weights on an 80 GB H100.
     from planner.model import catalog
-    from planner.output import engines
+    from planner.output import checkpoints
 
     specs = {k: v.model_copy(update={"quantized_repos": {}}) for k, v in catalog.load_model_specs().items()}
-    monkeypatch.setattr(engines, "load_model_specs", lambda: specs)
+    monkeypatch.setattr(checkpoints, "load_model_specs", lambda: specs)
     record = solve_record(solved_bundled["disaggregation-wins-long-prompts"][1])
     prefill = next(i for i, d in enumerate(record["deployments"]) if d["role"] == "prefill" and d["tp"] == 1)
     vllm = export_plan(record, "vllm")
@@ -331,6 +332,10 @@ def test_leaderworkerset_manifests_match_the_crd(solved_bundled, lws_validator, 
     assert checked > 0
 
 
+_MODEL_OF_REPO = {repo: k for k, spec in load_model_specs().items()
+                  for repo in (spec.hf_repo, spec.serving_repo, *spec.quantized_repos.values()) if repo}
+
+
 def _check_pod(pod: dict, engine: str) -> None:
     """What a serving pod needs beyond its command (issue 24's warnings)."""
     import shlex
@@ -349,7 +354,8 @@ def _check_pod(pod: dict, engine: str) -> None:
         words[words.index("trtllm-serve") + 1] if "trtllm-serve" in words else None
     if repo and repo != "disaggregated" and not repo.startswith("/"):  # a Hugging Face download: the token from a named secret, required where the repo is gated
         token = next(e for e in main["env"] if e["name"] == "HF_TOKEN")["valueFrom"]["secretKeyRef"]
-        assert token["name"] and token["optional"] is (not repo.startswith("meta-llama/")), (repo, token)
+        # gated on Hugging Face: the Llama licence (meta-llama/...) and the Falcon-180B TII licence, for every repository of those models
+        assert token["name"] and token["optional"] is (not _MODEL_OF_REPO[repo].startswith(("llama-", "falcon-"))), (repo, token)
     if "ports" in main:
         port = main["ports"][0]["containerPort"]
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):

@@ -156,6 +156,8 @@ class ModelSpec(EdgeModel):
     quantized_repos: dict[Precision, str] = Field(
         default_factory=dict, description="pre-quantized checkpoints by weight format (fp8, nvfp4), so exports need no online quantization")
     trust_remote_code: bool = Field(default=False, description="whether the engines need --trust-remote-code to load it")
+    gated: bool = Field(default=False, description="whether Hugging Face gates its repositories (a licence to accept first), so "
+                        "that exports require the HF_TOKEN secret")
     n_layers: Layers = Field(description="transformer blocks")
     hidden_size: Width = Field(description="model width d")
     vocab_size: Annotated[int, Field(ge=1, le=MAX_VOCAB)] = Field(description="tokenizer vocabulary")

@@ -6,8 +6,8 @@ every bundled problem against those tables.
 
 Per server: it binds 0.0.0.0 on a port unique on its host; a replica over several hosts is started
 by one command per host (vLLM data-parallel ranks with `--headless`, SGLang `--node-rank`), or by
-`mpirun` from its first host (TensorRT-LLM). Pre-quantized checkpoints from the model catalog are
-served where the plan's weight format differs from the model's native one.
+`mpirun` from its first host (TensorRT-LLM). The checkpoint served is the one the problem or the
+catalog names (planner/output/checkpoints.py).
 """
 
 import json
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from planner.errors import InputIssue, PlannerInputError
 from planner.hardware.catalog import load_hardware_catalog
-from planner.model.catalog import load_model_specs
+from planner.output.checkpoints import checkpoint, checkpoint_notes
 from planner.output.launch import (
     HostRef,
     LaunchScript,
@@ -26,10 +26,8 @@ from planner.output.launch import (
     safe_file_name,
     word,
 )
-from planner.precision import Precision, bytes_per_value
-from planner.units import GB
 
-__all__ = ["ENGINE_VERSIONS", "Checkpoint", "ENGINE_BUILDERS", "Ports", "checkpoint", "draft_tokens", "hosts_of", "replicas_of"]
+__all__ = ["ENGINE_VERSIONS", "ENGINE_BUILDERS", "Ports", "draft_tokens", "hosts_of", "replicas_of"]
 
 # The engine releases whose parsers the flags were checked against (planner/output/engine_flags/).
 ENGINE_VERSIONS = {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23 (router: sglang-router 0.3.2)",
@@ -103,41 +101,6 @@ def vendor_of(record: dict, accelerator_id: str) -> str:
     return accelerator.vendor if accelerator else "unknown"
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    repo: str
-    online_quantization: str | None  # the weight format the engine must quantize to at load time, if any
-    trust_remote_code: bool
-
-
-def checkpoint(d: dict) -> Checkpoint:
-    """The repository to serve: a pre-quantized one for the plan's weight format when the catalog
-    knows it, else the instruct model (quantized at load time when the format differs)."""
-    spec = load_model_specs().get(d["model"])
-    if spec is None:  # an imported or inline model: the operator's own path
-        return Checkpoint(f"/models/{safe_file_name(d['model'])}", None, False)
-    weights, native = d["precisions"]["weights"], spec.native_weights_precision.value
-    repo = spec.quantized_repos.get(weights) if weights != native else None
-    base = spec.serving_repo or spec.hf_repo or f"/models/{safe_file_name(d['model'])}"
-    return Checkpoint(repo or base, None if weights == native or repo else weights, spec.trust_remote_code)
-
-
-def load_time_note(d: dict, index: int, ckpt: Checkpoint, engine: str) -> str | None:
-    """A NOTE when quantizing at load time needs the full-precision weights in HBM first and they do
-    not fit (SGLang's `--load-format layered` quantizes layer by layer and needs no such room)."""
-    if ckpt.online_quantization is None or engine == "sglang":
-        return None
-    spec = load_model_specs()[d["model"]]
-    memory = d["memory_bytes_per_accelerator"]
-    ratio = bytes_per_value(spec.native_weights_precision) / bytes_per_value(Precision(ckpt.online_quantization))
-    loading = memory["weights"] * ratio
-    if loading <= memory["capacity"]:
-        return None
-    return (f"deployment {index}: {engine} loads {ckpt.repo} in {spec.native_weights_precision.value} before quantizing to "
-            f"{ckpt.online_quantization}: {loading / GB:.0f} GB of weights per accelerator against {memory['capacity'] / GB:.0f} GB; "
-            f"serve a pre-quantized {ckpt.online_quantization} checkpoint instead")
-
-
 def draft_tokens(record: dict, d: dict, index: int, script: LaunchScript) -> int:
     """Draft tokens the deployment's servers verify per step (0: no speculative decoding), with a NOTE
     of the acceptance the plan assumed. A prefill deployment runs the draft with its decode side's
@@ -204,11 +167,10 @@ def _vllm_refuses(record: dict, d: dict, index: int) -> None:
 
 def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
     _vllm_refuses(record, d, index)
-    ckpt, kv = checkpoint(d), d["precisions"]["kv_cache"]
+    ckpt, kv = checkpoint(record, d), d["precisions"]["kv_cache"]
     tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
     role = d.get("role", "aggregated")
-    if note := load_time_note(d, index, ckpt, "vllm"):
-        script.notes.append(note)
+    script.notes += checkpoint_notes(d, index, ckpt, "vllm")
     if ep not in (1, tp * dp):
         script.notes.append(f"vLLM sets EP = TP x DP with --enable-expert-parallel; deployment {index}'s EP {ep} becomes {tp * dp}")
     if d.get("expert_map"):
@@ -261,9 +223,10 @@ def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports)
 
 
 def _sglang(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
-    ckpt, kv = checkpoint(d), d["precisions"]["kv_cache"]
+    ckpt, kv = checkpoint(record, d), d["precisions"]["kv_cache"]
     tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
     role = d.get("role", "aggregated")
+    script.notes += checkpoint_notes(d, index, ckpt, "sglang")
     map_file = None
     if d.get("expert_map"):
         map_file = safe_file_name(f"expert_map_{d['workload']}_{index}.json")
@@ -326,11 +289,12 @@ def _trtllm_options(record: dict, d: dict, index: int, script: LaunchScript) -> 
 
 
 def _trtllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
-    ckpt = checkpoint(d)
+    ckpt = checkpoint(record, d)
+    script.notes += checkpoint_notes(d, index, ckpt, "trtllm")
     tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
     if ckpt.online_quantization:
         script.notes.append(f"deployment {index}: TensorRT-LLM does not quantize at load time and no {ckpt.online_quantization} checkpoint "
-                            f"of {d['model']} is in the catalog; quantize {ckpt.repo} with TensorRT Model Optimizer and serve that")
+                            f"of {d['model']} is named (catalog or problem); quantize {ckpt.repo} with TensorRT Model Optimizer and serve that")
     if dp > 1 and tp > 1:
         script.notes.append(f"deployment {index}: TensorRT-LLM attention data parallelism runs attention unsharded; TP {tp} becomes 1")
     options = _trtllm_options(record, d, index, script)
