@@ -12,8 +12,8 @@ import pytest
 from planner.errors import PlannerInputError
 from planner.model.catalog import load_model_specs
 from planner.output.engines import vendor_of
-from planner.output.export import VLLM_ROUTER, export_plan
-from planner.output.files import vllm_pd_router
+from planner.output.export import SPREAD_ROUTER, VLLM_ROUTER, export_plan
+from planner.output.files import spread_router, vllm_pd_router
 from planner.output.plan_report import solve_record
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -64,8 +64,10 @@ def _table(call: list[str]) -> tuple[dict, list[str]]:
     if call[0] in ("trtllm-serve", "trtllm-llmapi-launch"):
         words = call[call.index("trtllm-serve") + 1:] if "trtllm-serve" in call else call[1:]
         return (FLAGS["trtllm"]["options"], words[1:]) if words[0] != "disaggregated" else ({"-c": {"takes_value": True}}, words[1:])
-    if call[0] == "python3" and call[1] == VLLM_ROUTER:  # our own router: its parser takes every word
+    if call[0] == "python3" and call[1] == VLLM_ROUTER:  # our own routers: their parsers take every word
         vllm_pd_router.parser().parse_args(call[2:])
+    if call[0] == "python3" and call[1] == SPREAD_ROUTER:
+        spread_router.parser().parse_args(call[2:])
     return {}, []
 
 
