@@ -106,3 +106,17 @@ def test_the_catalog_marks_the_models_whose_repositories_hugging_face_gates():
     # the model pages ask to accept the Llama licence (meta-llama/...) and the Falcon-180B TII licence (tiiuae/falcon-180B)
     specs = load_model_specs()
     assert {k for k, s in specs.items() if s.gated} == {k for k in specs if k.startswith(("llama-", "falcon-"))}
+
+
+@pytest.mark.parametrize("fmt", ["sglang", "lws"])
+def test_sglang_gets_no_expert_map_for_llama_4_and_the_export_says_so(solved_bundled, fmt):
+    # SGLang's Llama 4 class has no get_model_config_for_expert_location, so a given map cannot be loaded (issue 24)
+    record = solve_record(solved_bundled["long-context-llama-4-maverick"][1])
+    assert any(d.get("expert_map") for d in record["deployments"])
+    text = export_plan(record, fmt, "sglang") if fmt == "lws" else export_plan(record, fmt)
+    assert "--init-expert-location" not in text and "expert_map_" not in text and "--ep-num-redundant-experts" not in text
+    assert "NOTE: deployment 0: SGLang's llama4 model takes no expert placement" in text
+    assert "expert e on expert-parallel rank e // 16" in text  # 128 experts over 8 ranks, in checkpoint order
+    # a model whose SGLang class takes a placement keeps it
+    deepseek = export_plan(solve_record(solved_bundled["deepseek-v3-wide-ep-skewed"][1]), "sglang")
+    assert "--init-expert-location" in deepseek and "takes no expert placement" not in deepseek

@@ -41,6 +41,7 @@ class ModelSource:
     trust_remote_code: bool = False
     gated: bool = False
     named_by: str = "the model catalog"
+    model_type: str | None = None  # config.json's model_type: the engines' model class
 
 
 @dataclass(frozen=True)
@@ -70,20 +71,21 @@ def _model_ref(record: dict, d: dict) -> object:
 
 def _from_spec(spec: ModelSpec, named_by: str) -> ModelSource:
     return ModelSource(spec.serving_repo or spec.hf_repo, {str(k): v for k, v in spec.quantized_repos.items()},
-                       spec.native_weights_precision.value, spec.trust_remote_code, spec.gated, named_by)
+                       spec.native_weights_precision.value, spec.trust_remote_code, spec.gated, named_by, spec.model_type)
 
 
 def _from_config_json(record: dict, ref: dict) -> ModelSource:
-    native, remote_code = None, False
+    native, remote_code, model_type = None, False, None
     path = Path(ref["config_json"])
     try:  # the plan's problem directory, as the engine-mismatch NOTE resolves it
         imported = load_hf_config(path if path.is_absolute() else Path(record.get("problem_dir") or ".") / path, ref.get("id"))
-        native, remote_code = imported.native_weights_precision.value, imported.trust_remote_code
+        native, remote_code, model_type = imported.native_weights_precision.value, imported.trust_remote_code, imported.model_type
     except (PlannerInputError, OSError):
         pass
     trust = ref.get("trust_remote_code")
     return ModelSource(ref.get("serving_repo") or ref.get("hf_repo"), dict(ref.get("quantized_repos") or {}), native,
-                       remote_code if trust is None else bool(trust), bool(ref.get("gated", False)), "the problem's config.json model")
+                       remote_code if trust is None else bool(trust), bool(ref.get("gated", False)), "the problem's config.json model",
+                       model_type)
 
 
 def model_source(record: dict, d: dict) -> ModelSource:

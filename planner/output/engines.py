@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from planner.errors import InputIssue, PlannerInputError
 from planner.hardware.catalog import load_hardware_catalog
-from planner.output.checkpoints import checkpoint, checkpoint_notes
+from planner.output.checkpoints import checkpoint, checkpoint_notes, model_source
 from planner.output.launch import (
     HostRef,
     LaunchScript,
@@ -222,13 +222,35 @@ def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports)
 # SGLang
 
 
+# SGLang model classes with no `get_model_config_for_expert_location` (python/sglang/srt/models/llama4.py in 0.5.23):
+# SGLang's expert location is then a dummy of one layer and one expert (eplb/expert_location.py,
+# ModelConfigForExpertLocation.from_model_config), so an initial expert map or redundant experts cannot be loaded.
+SGLANG_NO_EXPERT_LOCATION = {"llama4"}
+
+
+def _sglang_drops_expert_map(record: dict, d: dict, index: int) -> str | None:
+    """The NOTE for a model SGLang cannot give an expert placement to (None where it can)."""
+    model_type = model_source(record, d).model_type
+    if model_type not in SGLANG_NO_EXPERT_LOCATION:
+        return None
+    emap = d["expert_map"]
+    per_rank = emap["n_logical_experts"] // emap["n_ranks"]
+    return (f"deployment {index}: SGLang's {model_type} model takes no expert placement (no get_model_config_for_expert_location), "
+            f"so the plan's ({emap['n_ranks']} ranks x {emap['slots_per_rank']} slots, {_redundant(d)} redundant copies, max/mean "
+            f"expert load {emap['imbalance']:.4g} from {emap['profile']}) is not applied: SGLang keeps one copy of each expert in "
+            f"checkpoint order, expert e on expert-parallel rank e // {per_rank}, and the per-rank load follows the model's routing; "
+            "export --format trtllm, whose MoE load balancer takes the placement")
+
+
 def _sglang(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
     ckpt, kv = checkpoint(record, d), d["precisions"]["kv_cache"]
     tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
     role = d.get("role", "aggregated")
     script.notes += checkpoint_notes(d, index, ckpt, "sglang")
     map_file = None
-    if d.get("expert_map"):
+    if d.get("expert_map") and (note := _sglang_drops_expert_map(record, d, index)):
+        script.notes.append(note)
+    elif d.get("expert_map"):
         map_file = safe_file_name(f"expert_map_{d['workload']}_{index}.json")
         script.files[map_file] = json.dumps({"physical_to_logical_map": d["expert_map"]["physical_to_logical_map"]})
     # --attn-dp-size replaces --dp-size with --enable-dp-attention (deprecated in SGLang 0.5.23, server_args.py)
@@ -240,7 +262,7 @@ def _sglang(record: dict, d: dict, index: int, script: LaunchScript, ports: Port
                     ("--load-format", "layered" if ckpt.online_quantization == "fp8" else None),  # quantize layer by layer, not after a bf16 load
                     ("--trust-remote-code", ckpt.trust_remote_code),
                     ("--init-expert-location", map_file), ("--ep-dispatch-algorithm", "static" if map_file else None),
-                    ("--ep-num-redundant-experts", _redundant(d) or None),
+                    ("--ep-num-redundant-experts", (_redundant(d) or None) if map_file else None),
                     ("--disaggregation-mode", role if role != "aggregated" else None),
                     ("--disaggregation-transfer-backend", "nixl" if role != "aggregated" else None))
     if k := draft_tokens(record, d, index, script):  # the NextN layer drafts a chain: EAGLE (NEXTN is its alias), top-1
