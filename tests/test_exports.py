@@ -518,6 +518,81 @@ def test_every_kubernetes_object_has_its_own_valid_name(solved_bundled, problem,
         _check_names(docs)
 
 
+def _engine_call(words: list[str]) -> list[str]:
+    """The words an engine command receives, as the stubs record them: after `exec` and `env VAR=value ...`."""
+    words = words[1:] if words[:1] == ["exec"] else words
+    if words[:1] == ["env"]:
+        words = words[1:]
+        while words and "=" in words[0] and not words[0].startswith("-"):
+            words = words[1:]
+    return words
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_command_of_every_host_and_pod_passes_the_recorded_tables(solved_bundled, engine):
+    """Issue 24's done-when, for every host (the stub runs above take four per plan) and every pod: each engine
+    and router command of every bundled export against the recorded parser tables and the semantic rules."""
+    import shlex
+
+    import yaml
+
+    from planner.output.export import build_launch
+    from planner.output.launch import HostRef, RankRef
+
+    checked = 0
+    for name, (_, result) in solved_bundled.items():
+        record = solve_record(result)
+        try:
+            script = build_launch(record, engine)
+        except PlannerInputError:  # refusals by name: tested above
+            continue
+        hosts = {h: f"10.1.{i // 250}.{i % 250 + 1}" for i, h in enumerate(script.hosts)}
+        for server in script.servers:
+            words = ["".join(hosts[p.host] if isinstance(p, HostRef) else str(p.value) if isinstance(p, RankRef) else p for p in w)
+                     for w in server.argv]
+            call = _engine_call(words)
+            _check_flags(call)
+            _check_semantics(call)
+            checked += 1
+        try:
+            manifests = export_plan(record, "lws", engine=engine)
+        except PlannerInputError:
+            continue
+        for doc in yaml.safe_load_all(manifests):
+            if doc["kind"] == "LeaderWorkerSet":
+                template = doc["spec"]["leaderWorkerTemplate"]
+                for pod in (template["workerTemplate"], template.get("leaderTemplate", template["workerTemplate"])):
+                    call = _engine_call(shlex.split(pod["spec"]["containers"][0]["command"][2]))
+                    _check_flags(call)
+                    _check_semantics(call)
+                    checked += 1
+    assert checked > 0
+
+
+def test_a_generated_problem_with_a_63_character_name_exports_distinct_valid_names(tmp_path):
+    """Issue 24's done-when: a problem solved from a file whose name has 63 characters, with two 64-character
+    workload names that differ only at their end (one disaggregated, so routers and more objects)."""
+    import yaml
+
+    from planner.problem.resolve import resolve_problem
+    from planner.problem.schema import parse_problem
+    from planner.solver.solve import solve
+
+    stem = "w" * 60
+    problem = {"name": "Plan_" + "n" * 58, "model": "llama-3.1-8b", "cluster": {"racks": [{"type": "hgx-h100", "count": 4}]},
+               "workloads": [{"name": f"{stem}-agg", "input_tokens": 1024, "output_tokens": 128, "tpot_limit_ms": 50,
+                              "demand": {"output_tokens_per_s": 20000}},
+                             {"name": f"{stem}-pd1", "input_tokens": 8192, "output_tokens": 128, "tpot_limit_ms": 50, "ttft_limit_ms": 5000,
+                              "demand": {"output_tokens_per_s": 3000}, "serving": "disaggregated"}]}
+    assert len(problem["name"]) == 63 and all(len(w["name"]) == 64 for w in problem["workloads"])
+    record = solve_record(solve(resolve_problem(parse_problem(problem), base_dir=tmp_path)))
+    assert record["problem"] == problem["name"] and {d.get("role", "aggregated") for d in record["deployments"]} >= {"aggregated", "prefill"}
+    for engine in ("vllm", "sglang"):
+        docs = list(yaml.safe_load_all(export_plan(record, "lws", engine=engine)))
+        _check_names(docs)
+        assert len([d for d in docs if d["kind"] == "Service"]) == 2  # one per workload: their names did not collide
+
+
 def test_the_vllm_router_hands_the_prefill_servers_kv_to_a_decode_server():
     """The shipped router run against two stub vLLM servers: the prefill side gets one output token and
     do_remote_decode, the decode side the kv_transfer_params the prefill side answered with, and the
