@@ -222,9 +222,10 @@ def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports)
 # SGLang
 
 
-# SGLang model classes with no `get_model_config_for_expert_location` (python/sglang/srt/models/llama4.py in 0.5.23):
-# SGLang's expert location is then a dummy of one layer and one expert (eplb/expert_location.py,
-# ModelConfigForExpertLocation.from_model_config), so an initial expert map or redundant experts cannot be loaded.
+# config.json model types whose SGLang model class defines no `get_model_config_for_expert_location` (Llama 4:
+# python/sglang/srt/models/llama4.py, found so for 0.5.23 in issue 24): SGLang's expert location is then a dummy of one
+# layer and one expert (eplb/expert_location.py, ModelConfigForExpertLocation.from_model_config), so an initial
+# expert map or redundant experts cannot be loaded.
 SGLANG_NO_EXPERT_LOCATION = {"llama4"}
 
 
@@ -238,8 +239,7 @@ def _sglang_drops_expert_map(record: dict, d: dict, index: int) -> str | None:
     return (f"deployment {index}: SGLang's {model_type} model takes no expert placement (no get_model_config_for_expert_location), "
             f"so the plan's ({emap['n_ranks']} ranks x {emap['slots_per_rank']} slots, {_redundant(d)} redundant copies, max/mean "
             f"expert load {emap['imbalance']:.4g} from {emap['profile']}) is not applied: SGLang keeps one copy of each expert in "
-            f"checkpoint order, expert e on expert-parallel rank e // {per_rank}, and the per-rank load follows the model's routing; "
-            "export --format trtllm, whose MoE load balancer takes the placement")
+            f"checkpoint order, expert e on expert-parallel rank e // {per_rank}, and the per-rank load follows the model's routing")
 
 
 def _sglang(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
