@@ -152,10 +152,14 @@ class ModelSpec(EdgeModel):
     id: CatalogId = Field(description="lowercase kebab-case id, e.g. llama-3.1-70b")
     name: str = Field(description="display name")
     hf_repo: str | None = Field(default=None, description="Hugging Face repository the architecture is read from")
+    model_type: str | None = Field(default=None, description="config.json model_type (llama4, deepseek_v3, ...): the engines' model class, "
+                                   "which decides what an export can ask of it")
     serving_repo: str | None = Field(default=None, description="repository exports serve (the instruct or chat model); default hf_repo")
     quantized_repos: dict[Precision, str] = Field(
         default_factory=dict, description="pre-quantized checkpoints by weight format (fp8, nvfp4), so exports need no online quantization")
     trust_remote_code: bool = Field(default=False, description="whether the engines need --trust-remote-code to load it")
+    gated: bool = Field(default=False, description="whether Hugging Face gates its repositories (a licence to accept first), so "
+                        "that exports require the HF_TOKEN secret")
     n_layers: Layers = Field(description="transformer blocks")
     hidden_size: Width = Field(description="model width d")
     vocab_size: Annotated[int, Field(ge=1, le=MAX_VOCAB)] = Field(description="tokenizer vocabulary")

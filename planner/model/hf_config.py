@@ -209,6 +209,9 @@ def spec_from_hf_config(config: Mapping[str, Any], model_id: str, name: str | No
         "attention_window": _window(cfg, model_type, n_layers, path),
         "max_context_tokens": cfg.get("max_position_embeddings") or 4096,
         "sources": {"architecture": path},
+        # auto_map names classes in the repository's own Python files, which engines load only when trusted
+        "trust_remote_code": bool(config.get("auto_map")),
+        "model_type": str(config.get("model_type") or model_type) or None,
         "mtp": {"layers": cfg["num_nextn_predict_layers"]} if cfg.get("num_nextn_predict_layers") else None,
         **_native_precisions(cfg),
     }
