@@ -51,7 +51,7 @@ from planner.physics.step_parts import (
     roofline_exchange,
     touch_fraction,
 )
-from planner.precision import FlopsFormat, Precision, bytes_per_value
+from planner.precision import FlopsFormat, Precision, bytes_per_value, matmul_format
 
 __all__ = ["calibrated_comm", "calibrated_decode", "combine", "decode_attention", "elementwise", "gemm_classes"]
 
@@ -83,7 +83,7 @@ def _dense_gemms(ctx: StepContext, head_rows_apart: bool) -> DenseGemms:
     head as a part of its own when it runs at its own rows."""
     inp, rates = ctx.inp, ctx.rates
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
-    bw, fmt = inp.rack.accelerator.hbm_bandwidth_bytes_per_s, prec.compute
+    bw, fmt = inp.rack.accelerator.hbm_bandwidth_bytes_per_s, matmul_format(prec.compute, prec.weights)
     curve, bf16 = rates.gemm_curve(_gemm_format(ctx, str(fmt))), rates.gemm_curve("bf16")
     peak, peak_bf16, b_bf16 = _peak(ctx, fmt), _peak(ctx, FlopsFormat.BF16), bytes_per_value(Precision.BF16)
     parts = []
