@@ -250,7 +250,8 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
     tokens = tokens_rank * inp.expert_imbalance * lay.expert_tp
     local, remote = tokens * x.local, tokens * x.remote
     found: dict = {}  # both phases read their grids at these tokens
-    total = sum(all_to_all_kernel(curve, tokens_rank, x.key, local * per_copy, remote * per_copy, x.nic_bytes_per_s, ctx.st.n_moe_layers, found)
+    total = sum(all_to_all_kernel(curve, tokens_rank, x.key, local * per_copy, remote * per_copy, x.nic_bytes_per_s, ctx.st.n_moe_layers, found,
+                                  ctx.eff.latency_s)
                 for curve, per_copy in zip(x.curves, x.per_copy, strict=True))
     return total, x.curves[-1].spread
 
