@@ -12,9 +12,9 @@ from planner.errors import PlannerInputError
 from planner.model.architecture import mtp_module_params, param_counts
 from planner.model.catalog import ModelSpec, arch_from_spec
 from planner.modes import Engine, ServingRole, StepModel
+from planner.physics.batch_table import step_context
 from planner.physics.deployment import Layout, Precisions
 from planner.physics.estimate import estimate
-from planner.physics.batch_table import step_context
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.links import default_replica_links
 from planner.physics.roofline import verified_attention_factor

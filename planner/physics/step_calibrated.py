@@ -34,7 +34,11 @@ from planner.physics.kernels import (
     total_kernel_time,
 )
 from planner.physics.memory import kv_shard_fraction
-from planner.physics.roofline import all_reduce_time_s, domains_per_token, verified_attention_factor
+from planner.physics.roofline import (
+    all_reduce_time_s,
+    domains_per_token,
+    verified_attention_factor,
+)
 from planner.physics.stages import (
     ELEMENTWISE_OPS_PER_LAYER,
     attention_heads_per_rank,
