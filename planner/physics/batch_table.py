@@ -194,6 +194,14 @@ class BatchTable:
                              serving_step=tuple(term[index] for term in self.serving_step))
         return rows
 
+    def followed_by(self, other: "BatchTable") -> "BatchTable":
+        """This table's rows, then `other`'s (the same inputs at further batches)."""
+        rows = object.__new__(BatchTable)
+        rows.__dict__.update({name: np.concatenate([value, other.__dict__[name]]) if isinstance(value, np.ndarray) else value
+                              for name, value in self.__dict__.items()},
+                             serving_step=tuple(np.concatenate(pair) for pair in zip(self.serving_step, other.serving_step, strict=True)))
+        return rows
+
     @property
     def sustained_output_tokens_per_s(self) -> np.ndarray:
         """Output tokens per second per replica: batch / TPOT, prefill included for an aggregated
