@@ -9,6 +9,7 @@ limits are analysed together and share these tables (shared_tables).
 Step 3 keeps, per rack type, the candidates no other candidate beats on every axis.
 """
 
+import functools
 import math
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -216,11 +217,16 @@ class Chain:
         on_grid = set(batch_grid(q, int(self.table.batches[best])).astype(int))
         return sorted({int(i) for i in self.members if int(self.table.batches[i]) in on_grid and i <= best} | {best})
 
+    @functools.cached_property
+    def rates(self) -> np.ndarray:
+        """Output tokens per second at every batch of the table (asked for many times by pair_batches)."""
+        return self.table.sustained_output_tokens_per_s
+
     def best(self, among: np.ndarray | None = None) -> int:
         """The feasible batch (of `among`, table indices) with the most output tokens per second; of
         equal rates the smallest. None of `among`: all feasible batches."""
         among = self.members if among is None else among
-        rates = self.table.sustained_output_tokens_per_s[among]
+        rates = self.rates[among]
         return int(among[np.flatnonzero(rates == rates.max())[0]])
 
 
