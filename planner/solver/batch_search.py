@@ -129,10 +129,10 @@ def feasible_chain(inp: DeploymentInputs, limits: Limits, first: BatchTable, gri
     last = int(np.flatnonzero(ok)[-1])
     top = (int(grid[last]) if last == len(grid) - 1 else int(grid[last + 1]) - q) // q
     if top <= head:
-        chain = first if top == len(first.batches) else first.rows(np.arange(top))
+        chain = first if top == len(first.batches) else first.rows(slice(0, top))
     else:
         rest = yield inp, np.arange(head + 1, top + 1) * float(q)
-        chain = first.rows(np.arange(head)).followed_by(rest)
+        chain = first.rows(slice(0, head)).followed_by(rest)
     chain_checks = _checks(chain, limits)
     members = np.flatnonzero(_all_pass(chain, chain_checks))
     largest = int(members[-1])
