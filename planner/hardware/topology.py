@@ -119,8 +119,9 @@ def accelerator_nodes(graph: nx.Graph, *, available_only: bool = True) -> list[s
 
 
 def _scale_up_subgraph(graph: nx.Graph) -> nx.Graph:
-    edges = [(u, v) for u, v, d in graph.edges(data=True) if d["kind"] == SCALE_UP]
-    sub = graph.edge_subgraph(edges).copy()
+    """The accelerators and scale-up links of `graph`, without their attributes (all its components need)."""
+    sub = nx.Graph()
+    sub.add_edges_from((u, v) for u, v, d in graph.edges(data=True) if d["kind"] == SCALE_UP)
     sub.add_nodes_from(n for n, d in graph.nodes(data=True) if d["kind"] == "accelerator")
     return sub
 

@@ -187,11 +187,20 @@ class BatchTable:
     role: ServingRole = ServingRole.AGGREGATED
     tokens_per_step: float = 1.0  # output tokens a decode step emits per sequence (speculative decoding's accepted length)
 
-    def rows(self, index: np.ndarray) -> "BatchTable":
-        """The table at the batches `index` picks: each batch's row depends on that batch alone."""
+    def rows(self, index: np.ndarray | slice) -> "BatchTable":
+        """The table at the batches `index` picks (a slice: views of this table's arrays): each batch's
+        row depends on that batch alone."""
         rows = object.__new__(BatchTable)  # a copy with the arrays cut (no __init__: the fields are this table's)
         rows.__dict__.update({name: value[index] if isinstance(value, np.ndarray) else value for name, value in self.__dict__.items()},
                              serving_step=tuple(term[index] for term in self.serving_step))
+        return rows
+
+    def followed_by(self, other: "BatchTable") -> "BatchTable":
+        """This table's rows, then `other`'s (the same inputs at further batches)."""
+        rows = object.__new__(BatchTable)
+        rows.__dict__.update({name: np.concatenate([value, other.__dict__[name]]) if isinstance(value, np.ndarray) else value
+                              for name, value in self.__dict__.items()},
+                             serving_step=tuple(np.concatenate(pair) for pair in zip(self.serving_step, other.serving_step, strict=True)))
         return rows
 
     @property

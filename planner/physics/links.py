@@ -56,7 +56,9 @@ def _worst(groups: list[GroupLinks]) -> GroupLinks:
 
 @dataclass
 class _Cluster:
-    """A graph with its domain map and the group queries already answered on it."""
+    """A graph with its domain map and the group queries already answered on it. Graphs of one rack
+    type in different numbers share their answers (`default_replica_links`): a group's links and a
+    flow between groups depend only on the rack instances of their members, built alike in each."""
 
     graph: nx.Graph
     members: list[str]
@@ -122,7 +124,9 @@ def default_replica_links(rack: RackType, layout: Layout, latency_s: float) -> R
         n_racks = math.ceil(layout.n_accelerators / rack.n_accelerators)
         if (rack_key, n_racks) not in _CLUSTERS:
             graph = build_cluster_graph([(rack, n_racks)], collective_latency_s=latency_s)
-            _CLUSTERS[(rack_key, n_racks)] = _Cluster(graph, accelerator_nodes(graph), domain_map(graph), {}, {})
+            answered = next((c for (key, _), c in _CLUSTERS.items() if key == rack_key), None)
+            groups, flows = (answered.groups, answered.flows) if answered is not None else ({}, {})
+            _CLUSTERS[(rack_key, n_racks)] = _Cluster(graph, accelerator_nodes(graph), domain_map(graph), groups, flows)
         cluster = _CLUSTERS[(rack_key, n_racks)]
         _CACHE[key] = _replica_links(cluster, cluster.members[: layout.n_accelerators], layout, latency_s)
     return _CACHE[key]

@@ -1,6 +1,7 @@
 """The batches a layout serves within a workload's limits: checked on a grid of batch sizes, then
 every multiple of the batch granularity up to the first grid point past the last that passes
-(`feasible_chain`).
+(`feasible_chain`). A layout's first table holds its grid and its first HEAD_MULTIPLES multiples
+(`first_batches`), so that a chain ending there needs no second table.
 
 The searches are generators: each batch table they need is asked for by yielding (inputs, batches)
 and comes back through `send`, so that `shared_tables.run_together` can evaluate the tables of
@@ -17,9 +18,12 @@ from planner.modes import BatchLimit, ServingRole
 from planner.physics.estimate import BatchTable, DeploymentInputs
 from planner.problem.resolve import ResolvedWorkload
 
-__all__ = ["Limits", "Request", "batch_grid", "every_batch", "feasible", "feasible_chain", "limit_reason", "limits_for"]
+__all__ = ["Limits", "Request", "batch_grid", "every_batch", "feasible", "feasible_chain", "first_batches", "limit_reason", "limits_for"]
 
 GRID_STEPS = (1.0, 1.5)  # batch grid: multiples 1, 1.5, 2, 3, 4, 6, 8, ... of the batch granularity
+# A layout's first table also holds every multiple of its granularity up to this many: most layouts'
+# feasible batches end below it, and a table's fixed cost is that of hundreds of rows.
+HEAD_MULTIPLES = 32
 
 Request = tuple[DeploymentInputs, np.ndarray]  # what a search yields: the inputs and batches of a table it needs
 
@@ -36,6 +40,20 @@ def _grid(granularity: int, max_batch: int) -> tuple[int, ...]:
     if max_batch >= granularity:
         multiples.add(max_batch // granularity)
     return tuple(m * granularity for m in sorted(multiples))
+
+
+@functools.lru_cache(maxsize=1024)
+def first_batches(granularity: int, max_batch: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """A layout's first table: its batches (the grid and the first multiples of the granularity,
+    sorted), the indices of the grid's batches among them, and how many multiples lead them (rows
+    0..head-1 are the multiples 1..head). Read only: cached."""
+    grid = batch_grid(granularity, max_batch)
+    head = min(HEAD_MULTIPLES, max_batch // granularity)
+    batches = np.union1d(np.arange(1, head + 1) * float(granularity), grid)
+    grid_index = np.searchsorted(batches, grid)
+    batches.setflags(write=False)
+    grid_index.setflags(write=False)
+    return batches, grid_index, head
 
 
 @dataclass(frozen=True)
@@ -96,27 +114,32 @@ def limit_reason(table: BatchTable, limits: Limits, index: int) -> BatchLimit:
     return _first_failed(_checks(table, limits), index)
 
 
-def feasible_chain(inp: DeploymentInputs, limits: Limits,
-                   table: BatchTable) -> Generator[Request, BatchTable, tuple[BatchTable, np.ndarray, str] | None]:
-    """From the layout's table on its batch grid: its table at every multiple of the granularity up
-    to the first grid point past the last feasible one, the indices of the feasible batches in it,
-    and the reason the batch after the largest of them fails (None when even the smallest fails)."""
+def feasible_chain(inp: DeploymentInputs, limits: Limits, first: BatchTable, grid_index: np.ndarray,
+                   head: int) -> Generator[Request, BatchTable, tuple[BatchTable, np.ndarray, str] | None]:
+    """From the layout's first table (`first_batches`: its grid at `grid_index`, the multiples 1..head
+    of the granularity in its first rows): its table at every multiple of the granularity up to the
+    first grid point past the last feasible one, the indices of the feasible batches in it, and the
+    reason the batch after the largest of them fails (None when even the smallest fails)."""
     q = inp.layout.pp * inp.layout.dp_attn
-    grid = table.batches
-    checks = _checks(table, limits)
-    ok = _all_pass(table, checks)
+    checks = _checks(first, limits)
+    ok = _all_pass(first, checks)[grid_index]
     if not ok[0]:
         return None
+    grid = first.batches[grid_index]
     last = int(np.flatnonzero(ok)[-1])
-    top = int(grid[last]) if last == len(grid) - 1 else int(grid[last + 1]) - q
-    chain = yield inp, np.arange(1, top // q + 1) * float(q)
+    top = (int(grid[last]) if last == len(grid) - 1 else int(grid[last + 1]) - q) // q
+    if top <= head:
+        chain = first if top == len(first.batches) else first.rows(slice(0, top))
+    else:
+        rest = yield inp, np.arange(head + 1, top + 1) * float(q)
+        chain = first.rows(slice(0, head)).followed_by(rest)
     chain_checks = _checks(chain, limits)
     members = np.flatnonzero(_all_pass(chain, chain_checks))
     largest = int(members[-1])
     if largest + 1 < len(chain.batches):
         reason = _first_failed(chain_checks, largest + 1)
     else:
-        reason = BatchLimit.MAX_BATCH if last == len(grid) - 1 else _first_failed(checks, last + 1)
+        reason = BatchLimit.MAX_BATCH if last == len(grid) - 1 else _first_failed(checks, int(grid_index[last + 1]))
     return chain, members, reason
 
 

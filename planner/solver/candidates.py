@@ -9,6 +9,7 @@ limits are analysed together and share these tables (shared_tables).
 Step 3 keeps, per rack type, the candidates no other candidate beats on every axis.
 """
 
+import functools
 import math
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,7 @@ from planner.solver.batch_search import (
     every_batch,
     feasible,
     feasible_chain,
+    first_batches,
     limit_reason,
     limits_for,
 )
@@ -215,11 +217,16 @@ class Chain:
         on_grid = set(batch_grid(q, int(self.table.batches[best])).astype(int))
         return sorted({int(i) for i in self.members if int(self.table.batches[i]) in on_grid and i <= best} | {best})
 
+    @functools.cached_property
+    def rates(self) -> np.ndarray:
+        """Output tokens per second at every batch of the table (asked for many times by pair_batches)."""
+        return self.table.sustained_output_tokens_per_s
+
     def best(self, among: np.ndarray | None = None) -> int:
         """The feasible batch (of `among`, table indices) with the most output tokens per second; of
         equal rates the smallest. None of `among`: all feasible batches."""
         among = self.members if among is None else among
-        rates = self.table.sustained_output_tokens_per_s[among]
+        rates = self.rates[among]
         return int(among[np.flatnonzero(rates == rates.max())[0]])
 
 
@@ -349,15 +356,16 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
         table = yield from every_batch(inp, settings.max_batch_per_replica)
         ok = np.flatnonzero(feasible(table, limits))
         return [_candidate(inp, workload, table, int(i), BatchLimit.LADDER, spans, notes, handoff) for i in ok] if len(ok) else "limits"
-    grid = yield inp, batch_grid(layout.pp * layout.dp_attn, settings.max_batch_per_replica)
-    analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(grid.used_bytes[0]))
-    if not grid.fits[0]:
+    batches, grid_index, head = first_batches(layout.pp * layout.dp_attn, settings.max_batch_per_replica)
+    first = yield inp, batches  # row 0: the smallest batch
+    analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(first.used_bytes[0]))
+    if not first.fits[0]:
         return "hbm"
-    analysis.min_tpot_s = min(analysis.min_tpot_s, float(grid.tpot_s[0]))
-    analysis.min_ttft_s = min(analysis.min_ttft_s, float(grid.ttft_p90_s[0]))
-    found = yield from feasible_chain(inp, limits, grid)  # every feasible batch: the fastest is not always the largest
+    analysis.min_tpot_s = min(analysis.min_tpot_s, float(first.tpot_s[0]))
+    analysis.min_ttft_s = min(analysis.min_ttft_s, float(first.ttft_p90_s[0]))
+    found = yield from feasible_chain(inp, limits, first, grid_index, head)  # every feasible batch: the fastest is not always the largest
     if found is None:
-        return limit_reason(grid, limits, 0)
+        return limit_reason(first, limits, 0)
     chain = Chain(inp, workload, *found, spans, notes, handoff)
     if inp.role is ServingRole.DECODE or settings.keep_batch_ladder:  # workload_candidates picks its batches: once its prefill
         analysis.chains.append(chain)  # partners are known (decode), and for a latency objective, which trades TPOT against throughput

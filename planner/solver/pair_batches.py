@@ -83,7 +83,7 @@ def _fed_pairs(chain: Chain, prefills: list[Candidate], ttft_limit_s: float | No
     compatible batch needs (and the fleet holds), the fastest compatible batch n replicas feed, each
     batch once with the fewest replicas that feed it. With `latency` (min_tpot), the compatible
     batches no other beats on TPOT and tokens per second to feed."""
-    rates = np.array([_rate(float(r)) for r in chain.table.sustained_output_tokens_per_s[chain.members]], dtype=np.int64)
+    rates = np.array([_rate(float(r)) for r in chain.rates[chain.members]], dtype=np.int64)
     out = []
     for k, p in enumerate(prefills):
         ok = np.flatnonzero(compatible(chain, p, ttft_limit_s))
