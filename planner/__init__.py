@@ -32,7 +32,7 @@ _HOME = {
     "load_problem": "planner.problem.schema",
     "resolve_problem": "planner.problem.resolve",
     "solve": "planner.solver.solve",
-    "solve_record": "planner.output.plan_report",
+    "solve_record": "planner.output.plan_writer",
 }
 
 
