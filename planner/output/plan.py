@@ -30,6 +30,7 @@ from planner.output.plan_records import (
     ExpertMap,
     FleetRecord,
     HandoffRecord,
+    MemoryRecord,
     Number,
     PlacedAccelerator,
     PlanPrecisions,
@@ -120,7 +121,7 @@ class PlanDeployment(BaseModel):
     bound: str | None = None
     prefill_chunk_step_time_s: dict | None = None
     roofline: dict | None = None
-    memory_bytes_per_accelerator: dict | None = None
+    memory_bytes_per_accelerator: MemoryRecord | None = None
     hbm_fill_fraction: Figure = None
     fits_hbm: bool | None = None
     expert_touch_fraction: Figure = None
@@ -192,6 +193,17 @@ class Plan(BaseModel):
     def engine(self) -> Engine:
         """The engine of its first deployment: what `export` writes without --format."""
         return self.deployments[0].engine if self.deployments else Engine.TRTLLM
+
+    def model_entry(self, d: PlanDeployment) -> object:
+        """The embedded problem's model entry that deployment `d`'s workload serves, as written (a
+        catalog id, or a mapping: inline, config_json, catalog); the deployment's model id without one."""
+        problem = self.problem_spec
+        if problem.get("model") is not None:
+            return problem["model"]
+        models = problem.get("models") or {}
+        workload = next((w for w in problem.get("workloads", []) if isinstance(w, dict) and w.get("name") == d.workload), {})
+        key = workload.get("model") or next(iter(models), None)
+        return models.get(key, d.model)
 
     def workload_lengths(self) -> dict[str, tuple[object, object]]:
         """Prompt and output lengths of each workload of the embedded problem, as written (the problem

@@ -13,7 +13,7 @@ from planner.limits import MAX_DRAFT_TOKENS, MAX_PARALLEL_DEGREE
 from planner.physics.deployment import Precisions
 from planner.precision import FlopsFormat, Precision
 
-__all__ = ["AcceleratorNode", "Degree", "Number", "ExpertLayer", "ExpertMap", "FleetRecord", "HandoffRecord", "PlacedAccelerator",
+__all__ = ["AcceleratorNode", "Degree", "Number", "ExpertLayer", "ExpertMap", "FleetRecord", "HandoffRecord", "MemoryRecord", "PlacedAccelerator",
            "PlanPrecisions", "RackInstance", "RackInstanceName", "ServedRecord", "SolverRecord", "SpeculativeRecord", "finite"]
 
 
@@ -110,6 +110,16 @@ class ExpertMap(_Strict):
     layers: list[ExpertLayer]
     physical_to_logical_map: list[list[NonNegativeInt]]
 
+    @property
+    def redundant_slots(self) -> int:
+        """Physical slots beyond one per logical expert: the redundant copies of hot experts."""
+        return self.n_ranks * self.slots_per_rank - self.n_logical_experts
+
+    @property
+    def moe_layers(self) -> list[int]:
+        """The MoE layers the map balances (its `layers` entries), in order."""
+        return [q.layer for q in self.layers]
+
     def rank_slots(self, layer: int) -> list[list[int]]:
         """The logical experts each expert-parallel rank holds in `layer`, one list per rank."""
         row, slots = self.physical_to_logical_map[layer], self.slots_per_rank
@@ -134,6 +144,20 @@ class SpeculativeRecord(_Open):
 
     method: Literal["mtp"]
     draft_tokens: Annotated[int, Field(ge=0, le=MAX_DRAFT_TOKENS, strict=True)]
+    acceptance_rates: list[Number] | None = None
+    accepted_tokens_per_step: Number | None = Field(default=None, description="tokens emitted per verification step, on average")
+    acceptance_source: str | None = None
+    step_time_s: Number | None = None
+
+
+class MemoryRecord(_Open):
+    """HBM per accelerator of a deployment's fullest accelerator, in bytes."""
+
+    weights: Number | None = None
+    kv: Number | None = None
+    activations: Number | None = None
+    capacity: Number | None = None
+    free: Number | None = None
 
 
 class RackInstance(_Strict):
