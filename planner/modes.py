@@ -3,7 +3,7 @@ without importing the physics)."""
 
 from enum import StrEnum
 
-__all__ = ["BatchLimit", "CacheTier", "Confidence", "ConstraintFamily", "Engine", "ExpertMethod", "ExportFormat", "FamilyKind", "StageKind",
+__all__ = ["EXPERT_ROUTINGS", "BatchLimit", "CacheTier", "Confidence", "ConstraintFamily", "Engine", "ExpertMethod", "ExportFormat", "FamilyKind", "StageKind",
            "OverlapPolicy", "ServingMode", "ServingRole", "SolveStatus", "StepModel", "StepTerm"]
 
 
@@ -158,6 +158,11 @@ class CacheTier(StrEnum):
     """The tier choice a prompt cache may leave to the solver (others name a tier of the catalog)."""
 
     AUTO = "auto"  # the solver compares no cache and every tier the accelerator has
+
+
+# Tokens-per-expert skews of the measured grouped-GEMM tables (aiconfigurator-core's `balanced` and
+# power-law distributions): the model catalog's `moe.routing` and `planner estimate --expert-routing`.
+EXPERT_ROUTINGS = ("balanced", "power_law_1.01", "power_law_1.2")
 
 
 class ExpertMethod(StrEnum):

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from planner.errors import PlannerInputError
+from planner.model.catalog import load_model_specs
 from planner.output.engines import vendor_of
-from planner.output.export import VLLM_ROUTER, export_plan
-from planner.output.files import vllm_pd_router
+from planner.output.export import SPREAD_ROUTER, VLLM_ROUTER, export_plan
+from planner.output.files import spread_router, vllm_pd_router
 from planner.output.plan_report import solve_record
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -63,8 +64,10 @@ def _table(call: list[str]) -> tuple[dict, list[str]]:
     if call[0] in ("trtllm-serve", "trtllm-llmapi-launch"):
         words = call[call.index("trtllm-serve") + 1:] if "trtllm-serve" in call else call[1:]
         return (FLAGS["trtllm"]["options"], words[1:]) if words[0] != "disaggregated" else ({"-c": {"takes_value": True}}, words[1:])
-    if call[0] == "python3" and call[1] == VLLM_ROUTER:  # our own router: its parser takes every word
+    if call[0] == "python3" and call[1] == VLLM_ROUTER:  # our own routers: their parsers take every word
         vllm_pd_router.parser().parse_args(call[2:])
+    if call[0] == "python3" and call[1] == SPREAD_ROUTER:
+        spread_router.parser().parse_args(call[2:])
     return {}, []
 
 
@@ -245,10 +248,10 @@ def test_tensorrt_llm_is_refused_on_amd(solved_bundled):
 def test_quantizing_at_load_time_is_flagged_where_the_weights_do_not_fit(solved_bundled, monkeypatch):
     # fp8-planned Llama servers pointed at bf16 checkpoints: 141 GB of weights on an 80 GB H100.
     from planner.model import catalog
-    from planner.output import engines
+    from planner.output import checkpoints
 
     specs = {k: v.model_copy(update={"quantized_repos": {}}) for k, v in catalog.load_model_specs().items()}
-    monkeypatch.setattr(engines, "load_model_specs", lambda: specs)
+    monkeypatch.setattr(checkpoints, "load_model_specs", lambda: specs)
     record = solve_record(solved_bundled["disaggregation-wins-long-prompts"][1])
     prefill = next(i for i, d in enumerate(record["deployments"]) if d["role"] == "prefill" and d["tp"] == 1)
     vllm = export_plan(record, "vllm")
@@ -331,6 +334,10 @@ def test_leaderworkerset_manifests_match_the_crd(solved_bundled, lws_validator, 
     assert checked > 0
 
 
+_MODEL_OF_REPO = {repo: k for k, spec in load_model_specs().items()
+                  for repo in (spec.hf_repo, spec.serving_repo, *spec.quantized_repos.values()) if repo}
+
+
 def _check_pod(pod: dict, engine: str) -> None:
     """What a serving pod needs beyond its command (issue 24's warnings)."""
     import shlex
@@ -349,7 +356,8 @@ def _check_pod(pod: dict, engine: str) -> None:
         words[words.index("trtllm-serve") + 1] if "trtllm-serve" in words else None
     if repo and repo != "disaggregated" and not repo.startswith("/"):  # a Hugging Face download: the token from a named secret, required where the repo is gated
         token = next(e for e in main["env"] if e["name"] == "HF_TOKEN")["valueFrom"]["secretKeyRef"]
-        assert token["name"] and token["optional"] is (not repo.startswith("meta-llama/")), (repo, token)
+        # gated on Hugging Face: the Llama licence (meta-llama/...) and the Falcon-180B TII licence, for every repository of those models
+        assert token["name"] and token["optional"] is (not _MODEL_OF_REPO[repo].startswith(("llama-", "falcon-"))), (repo, token)
     if "ports" in main:
         port = main["ports"][0]["containerPort"]
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -508,6 +516,81 @@ def test_every_kubernetes_object_has_its_own_valid_name(solved_bundled, problem,
         lws = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
         assert len(lws) >= len(record["deployments"])
         _check_names(docs)
+
+
+def _engine_call(words: list[str]) -> list[str]:
+    """The words an engine command receives, as the stubs record them: after `exec` and `env VAR=value ...`."""
+    words = words[1:] if words[:1] == ["exec"] else words
+    if words[:1] == ["env"]:
+        words = words[1:]
+        while words and "=" in words[0] and not words[0].startswith("-"):
+            words = words[1:]
+    return words
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_command_of_every_host_and_pod_passes_the_recorded_tables(solved_bundled, engine):
+    """Issue 24's done-when, for every host (the stub runs above take four per plan) and every pod: each engine
+    and router command of every bundled export against the recorded parser tables and the semantic rules."""
+    import shlex
+
+    import yaml
+
+    from planner.output.export import build_launch
+    from planner.output.launch import HostRef, RankRef
+
+    checked = 0
+    for name, (_, result) in solved_bundled.items():
+        record = solve_record(result)
+        try:
+            script = build_launch(record, engine)
+        except PlannerInputError:  # refusals by name: tested above
+            continue
+        hosts = {h: f"10.1.{i // 250}.{i % 250 + 1}" for i, h in enumerate(script.hosts)}
+        for server in script.servers:
+            words = ["".join(hosts[p.host] if isinstance(p, HostRef) else str(p.value) if isinstance(p, RankRef) else p for p in w)
+                     for w in server.argv]
+            call = _engine_call(words)
+            _check_flags(call)
+            _check_semantics(call)
+            checked += 1
+        try:
+            manifests = export_plan(record, "lws", engine=engine)
+        except PlannerInputError:
+            continue
+        for doc in yaml.safe_load_all(manifests):
+            if doc["kind"] == "LeaderWorkerSet":
+                template = doc["spec"]["leaderWorkerTemplate"]
+                for pod in (template["workerTemplate"], template.get("leaderTemplate", template["workerTemplate"])):
+                    call = _engine_call(shlex.split(pod["spec"]["containers"][0]["command"][2]))
+                    _check_flags(call)
+                    _check_semantics(call)
+                    checked += 1
+    assert checked > 0
+
+
+def test_a_generated_problem_with_a_63_character_name_exports_distinct_valid_names(tmp_path):
+    """Issue 24's done-when: a problem solved from a file whose name has 63 characters, with two 64-character
+    workload names that differ only at their end (one disaggregated, so routers and more objects)."""
+    import yaml
+
+    from planner.problem.resolve import resolve_problem
+    from planner.problem.schema import parse_problem
+    from planner.solver.solve import solve
+
+    stem = "w" * 60
+    problem = {"name": "Plan_" + "n" * 58, "model": "llama-3.1-8b", "cluster": {"racks": [{"type": "hgx-h100", "count": 4}]},
+               "workloads": [{"name": f"{stem}-agg", "input_tokens": 1024, "output_tokens": 128, "tpot_limit_ms": 50,
+                              "demand": {"output_tokens_per_s": 20000}},
+                             {"name": f"{stem}-pd1", "input_tokens": 8192, "output_tokens": 128, "tpot_limit_ms": 50, "ttft_limit_ms": 5000,
+                              "demand": {"output_tokens_per_s": 3000}, "serving": "disaggregated"}]}
+    assert len(problem["name"]) == 63 and all(len(w["name"]) == 64 for w in problem["workloads"])
+    record = solve_record(solve(resolve_problem(parse_problem(problem), base_dir=tmp_path)))
+    assert record["problem"] == problem["name"] and {d.get("role", "aggregated") for d in record["deployments"]} >= {"aggregated", "prefill"}
+    for engine in ("vllm", "sglang"):
+        docs = list(yaml.safe_load_all(export_plan(record, "lws", engine=engine)))
+        _check_names(docs)
+        assert len([d for d in docs if d["kind"] == "Service"]) == 2  # one per workload: their names did not collide
 
 
 def test_the_vllm_router_hands_the_prefill_servers_kv_to_a_decode_server():

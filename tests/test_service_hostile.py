@@ -34,13 +34,16 @@ def test_150_hostile_requests_are_refused_without_a_5xx_or_a_traceback():
 
 
 def test_a_model_too_large_to_compute_with_is_an_input_error():
-    # the model schema bounds no size: 10^400 hidden units passed validation and overflowed a float in the step model
+    # 10^400 hidden units once passed validation and overflowed a float in the step model; the model
+    # schema now bounds every size (hidden_size <= 2^20, far beyond any published model)
     inline = hostile.INLINE | {"hidden_size": 10 ** 400}
     with TestClient(create_app(), raise_server_exceptions=False) as client:
         answer = client.post("/v1/solve", json={"problem": hostile.PROBLEM | {"model": {"inline": inline}}})
-        assert answer.status_code == 400 and "too large to compute with" in answer.json()["error"]
+        issue = answer.json()["issues"][0]
+        assert answer.status_code == 400 and issue["field"] == "model.inline.hidden_size" and "1048576" in issue["problem"]
         config = client.post("/v1/model", json={"config": hostile.CONFIG | {"hidden_size": "x", "num_attention_heads": []}})
-        assert config.status_code == 400 and config.json()["issues"][0]["field"] == "config"
+        fields = [i["field"] for i in config.json()["issues"]]
+        assert config.status_code == 400 and fields == ["config: hidden_size", "config: num_attention_heads"]
 
 
 def test_the_failures_a_hostile_request_finds_are_answered_as_input_errors():

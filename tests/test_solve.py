@@ -305,3 +305,25 @@ def test_enumeration_over_processes_gives_the_serial_candidates(monkeypatch):
         assert a == b and a.tpot_s == b.tpot_s and a.ttft_s == b.ttft_s and a.output_tokens_per_s == b.output_tokens_per_s
     assert forked_analyses.keys() == serial_analyses.keys()
     assert all(forked_analyses[k].rejected == serial_analyses[k].rejected for k in serial_analyses)
+
+
+def test_the_solve_seed_and_workers_reach_cpsat_expert_placement(monkeypatch):
+    """`planner solve --seed/--workers` also drive `placement.method: cpsat` (before, the final
+    expert placement always ran with seed 0 on one worker whatever the solve was given)."""
+    import yaml
+
+    import planner.solver.solve as solve_module
+
+    calls = []
+    real = solve_module.place_experts
+
+    def recording(*args, **kwargs):
+        calls.append((kwargs.get("method"), kwargs.get("seed"), kwargs.get("workers")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(solve_module, "place_experts", recording)
+    raw = yaml.safe_load((data_dir("problems") / "deepseek-v3-gb200-nvl72.yaml").read_text())
+    raw["placement"] = {"method": "cpsat", "time_limit_s": 1.0}
+    _, result = _solve(raw, seed=11, workers=2, explain=False)
+    assert any(d.experts is not None for d in result.deployments)
+    assert ("cpsat", 11, 2) in calls

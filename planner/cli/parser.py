@@ -22,6 +22,7 @@ from planner.limits import (
     MAX_TIME_LIMIT_S,
 )
 from planner.modes import (
+    EXPERT_ROUTINGS,
     Confidence,
     Engine,
     ExportFormat,
@@ -113,7 +114,7 @@ def _add_estimate(sub: argparse._SubParsersAction) -> None:
                    help="extra expert slots over the expert-parallel group (hot-expert copies), e.g. 32 for 256 experts on EP72")
     p.add_argument("--expert-imbalance", type=bounded(float, 1.0, 1024.0), default=1.0,
                    help="the hottest expert-parallel rank's load over the mean (1.0: even; `planner solve` measures it from the placement)")
-    p.add_argument("--expert-routing", choices=("balanced", "power_law_1.01", "power_law_1.2"), default=None,
+    p.add_argument("--expert-routing", choices=EXPERT_ROUTINGS, default=None,
                    help="tokens-per-expert skew of the measured expert kernels (default: the model's; balanced when --expert-imbalance is given)")
     p.add_argument("--isl", type=bounded(int, 1, MAX_INPUT_TOKENS), help="input (prompt) tokens per request (default 2048, or the problem's)")
     p.add_argument("--osl", type=bounded(int, 1, MAX_OUTPUT_TOKENS), help="output tokens per request (default 256, or the problem's)")

@@ -22,26 +22,41 @@ from planner.model.architecture import (
     PublishedCounts,
 )
 from planner.paths import data_dir
+from planner.modes import EXPERT_ROUTINGS
 from planner.precision import Precision
 from planner.schema import CatalogId, EdgeModel
 
 __all__ = ["load_model_specs", "ModelCatalog", "ModelSpec", "arch_from_spec", "load_model_catalog"]
 
 PositiveInt = Annotated[int, Field(ge=1)]
+# Upper bounds keep a mistyped number from making the planner loop for minutes (10^8 layers did; 10^6 took 6 s):
+# each is far beyond every published model (deepest: Llama 3.1 405B, 126 layers; widest: its 16,384 hidden
+# and 53,248 FFN; most experts: Kimi K2, 384; largest vocabulary: Gemma 3, 262,144; longest context:
+# Llama 4 Scout, 10M tokens).
+MAX_LAYERS = 10_000
+MAX_WIDTH = 1 << 20  # hidden, FFN, expert and head widths
+MAX_HEADS = 1 << 14
+MAX_EXPERTS = 1 << 12
+MAX_VOCAB = 1 << 24
+MAX_CONTEXT_TOKENS = 1 << 27
+Layers = Annotated[int, Field(ge=1, le=MAX_LAYERS)]
+Width = Annotated[int, Field(ge=1, le=MAX_WIDTH)]
+Heads = Annotated[int, Field(ge=1, le=MAX_HEADS)]
+Experts = Annotated[int, Field(ge=1, le=MAX_EXPERTS)]
 
 
 class AttentionSpec(EdgeModel):
     """Attention block. `gqa` covers MHA, GQA and MQA; `mla` is DeepSeek's latent attention."""
 
     kind: Literal["gqa", "mla"] = Field(description="gqa (also MHA and MQA) or mla")
-    n_heads: PositiveInt = Field(description="query heads")
-    n_kv_heads: PositiveInt | None = Field(default=None, description="key/value heads (gqa)")
-    head_dim: PositiveInt | None = Field(default=None, description="head dimension (gqa)")
-    q_lora_rank: PositiveInt | None = Field(default=None, description="query low-rank dimension (mla; null = full rank)")
-    kv_lora_rank: PositiveInt | None = Field(default=None, description="cached latent dimension (mla)")
-    qk_nope_head_dim: PositiveInt | None = Field(default=None, description="non-rotary q/k head dim (mla)")
-    qk_rope_head_dim: PositiveInt | None = Field(default=None, description="rotary q/k head dim, shared key (mla)")
-    v_head_dim: PositiveInt | None = Field(default=None, description="value head dim (mla)")
+    n_heads: Heads = Field(description="query heads")
+    n_kv_heads: Heads | None = Field(default=None, description="key/value heads (gqa)")
+    head_dim: Width | None = Field(default=None, description="head dimension (gqa)")
+    q_lora_rank: Width | None = Field(default=None, description="query low-rank dimension (mla; null = full rank)")
+    kv_lora_rank: Width | None = Field(default=None, description="cached latent dimension (mla)")
+    qk_nope_head_dim: Width | None = Field(default=None, description="non-rotary q/k head dim (mla)")
+    qk_rope_head_dim: Width | None = Field(default=None, description="rotary q/k head dim, shared key (mla)")
+    v_head_dim: Width | None = Field(default=None, description="value head dim (mla)")
     qkv_bias: bool = Field(default=False, description="biases on the q, k, v projections")
     output_bias: bool = Field(default=False, description="bias on the output projection")
     qk_norm: bool = Field(default=False, description="RMSNorm on queries and keys per head")
@@ -69,19 +84,19 @@ class MoESpec(EdgeModel):
     """Mixture-of-experts MLP. Layer i is MoE iff i >= first_dense_layers and
     (i - first_dense_layers + 1) % moe_every == 0."""
 
-    n_routed_experts: PositiveInt = Field(description="routed experts per MoE layer")
-    experts_per_token: PositiveInt = Field(description="routed experts each token uses (top-k)")
-    expert_intermediate_size: PositiveInt = Field(description="FFN width of one expert")
-    n_shared_experts: int = Field(default=0, ge=0, description="always-on experts per MoE layer")
-    shared_expert_intermediate_size: PositiveInt | None = Field(default=None, description="default: expert_intermediate_size")
-    first_dense_layers: int = Field(default=0, ge=0, description="leading layers with a dense MLP")
-    moe_every: PositiveInt = Field(default=1, description="1 = every layer after the dense ones is MoE; 2 = every other")
+    n_routed_experts: Experts = Field(description="routed experts per MoE layer")
+    experts_per_token: Experts = Field(description="routed experts each token uses (top-k)")
+    expert_intermediate_size: Width = Field(description="FFN width of one expert")
+    n_shared_experts: int = Field(default=0, ge=0, le=MAX_EXPERTS, description="always-on experts per MoE layer")
+    shared_expert_intermediate_size: Width | None = Field(default=None, description="default: expert_intermediate_size")
+    first_dense_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="leading layers with a dense MLP")
+    moe_every: Layers = Field(default=1, description="1 = every layer after the dense ones is MoE; 2 = every other")
     expert_bias: bool = Field(default=False, description="biases on expert projections")
     router_bias: bool = Field(default=False, description="bias on the router")
-    expert_groups: PositiveInt = Field(default=1, description="groups the router picks from before choosing experts (config n_group)")
-    groups_per_token: PositiveInt = Field(default=1, description="groups a token's experts may come from (config topk_group); "
+    expert_groups: Experts = Field(default=1, description="groups the router picks from before choosing experts (config n_group)")
+    groups_per_token: Experts = Field(default=1, description="groups a token's experts may come from (config topk_group); "
                                           "with whole groups per node it caps the nodes a token is sent to")
-    routing: Literal["balanced", "power_law_1.01", "power_law_1.2"] = Field(
+    routing: Literal[EXPERT_ROUTINGS] = Field(  # type: ignore[valid-type]
         default="power_law_1.2",
         description="tokens-per-expert skew of the measured grouped-GEMM tables the calibrated step uses when no expert-load "
                     "profile is given (aiconfigurator's defaults: power_law_1.01 for DeepSeek-family and Llama 4, 1.2 otherwise)")
@@ -103,8 +118,8 @@ class WindowSpec(EdgeModel):
     """Sliding-window or chunked local attention. Layer i attends over the full context iff
     global_every > 0 and (i + 1) % global_every == 0; every other layer keeps window_tokens."""
 
-    window_tokens: PositiveInt = Field(description="tokens a windowed layer attends to")
-    global_every: int = Field(default=0, ge=0, description="0 = every layer is windowed")
+    window_tokens: Annotated[int, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(description="tokens a windowed layer attends to")
+    global_every: int = Field(default=0, ge=0, le=MAX_LAYERS, description="0 = every layer is windowed")
 
 
 class PublishedSpec(EdgeModel):
@@ -118,7 +133,7 @@ class MTPSpec(EdgeModel):
     """The model's multi-token-prediction (next-n) modules, which engines run as the draft of
     speculative decoding, and their published acceptance."""
 
-    layers: PositiveInt = Field(description="modules the checkpoint ships (config num_nextn_predict_layers)")
+    layers: Layers = Field(description="modules the checkpoint ships (config num_nextn_predict_layers)")
     acceptance_rates: list[Annotated[float, Field(gt=0, le=1)]] | None = Field(
         default=None, min_length=1, max_length=16,
         description="chance that draft token i is accepted given the ones before it were, per position (a published measurement)")
@@ -137,19 +152,23 @@ class ModelSpec(EdgeModel):
     id: CatalogId = Field(description="lowercase kebab-case id, e.g. llama-3.1-70b")
     name: str = Field(description="display name")
     hf_repo: str | None = Field(default=None, description="Hugging Face repository the architecture is read from")
+    model_type: str | None = Field(default=None, description="config.json model_type (llama4, deepseek_v3, ...): the engines' model class, "
+                                   "which decides what an export can ask of it")
     serving_repo: str | None = Field(default=None, description="repository exports serve (the instruct or chat model); default hf_repo")
     quantized_repos: dict[Precision, str] = Field(
         default_factory=dict, description="pre-quantized checkpoints by weight format (fp8, nvfp4), so exports need no online quantization")
     trust_remote_code: bool = Field(default=False, description="whether the engines need --trust-remote-code to load it")
-    n_layers: PositiveInt = Field(description="transformer blocks")
-    hidden_size: PositiveInt = Field(description="model width d")
-    vocab_size: PositiveInt = Field(description="tokenizer vocabulary")
+    gated: bool = Field(default=False, description="whether Hugging Face gates its repositories (a licence to accept first), so "
+                        "that exports require the HF_TOKEN secret")
+    n_layers: Layers = Field(description="transformer blocks")
+    hidden_size: Width = Field(description="model width d")
+    vocab_size: Annotated[int, Field(ge=1, le=MAX_VOCAB)] = Field(description="tokenizer vocabulary")
     tie_word_embeddings: bool = Field(default=False, description="the LM head reuses the input embedding")
     attention: AttentionSpec = Field(description="attention block")
-    dense_intermediate_size: PositiveInt | None = Field(default=None, description="FFN width of dense layers")
+    dense_intermediate_size: Width | None = Field(default=None, description="FFN width of dense layers")
     moe: MoESpec | None = Field(default=None, description="mixture-of-experts MLP (omit for a dense model)")
     attention_window: WindowSpec | None = Field(default=None, description="sliding-window / chunked attention layers")
-    max_context_tokens: PositiveInt = Field(description="longest context the model supports")
+    max_context_tokens: Annotated[int, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(description="longest context the model supports")
     native_weights_precision: Precision = Field(default=Precision.BF16, description="format the weights ship in")
     native_expert_weights_precision: Precision | None = Field(default=None, description="if experts ship in another format")
     fp8_block_size: int = Field(default=0, ge=0, description="weight_block_size of the published fp8 checkpoint's quantization_config "

@@ -26,6 +26,16 @@ LLAMA4_NO_ROPE_LAYER_INTERVAL = 4  # transformers Llama4TextConfig default: ever
 OUTPUT_BIAS_FOLLOWS_ATTENTION_BIAS = {"llama", "mistral", "mixtral", "gpt_oss", "llama4_text", "llama4"}
 QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe"}
 QK_NORM_FAMILIES = {"qwen3", "qwen3_moe"}
+# Every config.json key this module reads as a number, checked before any arithmetic on it.
+NUMBER_KEYS = (
+    "num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "intermediate_size",
+    "moe_intermediate_size", "intermediate_size_mlp", "shared_expert_intermediate_size", "n_routed_experts",
+    "num_local_experts", "num_experts", "num_experts_per_tok", "experts_per_token", "n_shared_experts",
+    "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", "n_group",
+    "topk_group", "sliding_window", "attention_chunk_size", "max_position_embeddings", "num_nextn_predict_layers",
+)
+LIST_KEYS = ("layer_types", "no_rope_layers", "mlp_only_layers")  # per-layer lists this module iterates over
 
 
 def _flatten(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,6 +50,36 @@ def _require(cfg: Mapping[str, Any], key: str, path: str) -> Any:
     if cfg.get(key) is None:
         raise PlannerInputError(InputIssue(f"{path}: {key}", "missing from config.json", "use the model's full config.json"))
     return cfg[key]
+
+
+def _is_whole(value: Any) -> bool:
+    return not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
+
+
+def _type_issues(cfg: Mapping[str, Any], path: str) -> list[InputIssue]:
+    """A number written as text, a list or a fraction, a list or an object of the wrong kind."""
+    issues = [InputIssue(f"{path}: {key}", f"{cfg[key]!r} is not a whole number", "write a whole number without quotes, as published config.json files do")
+              for key in NUMBER_KEYS if cfg.get(key) is not None and not _is_whole(cfg[key])]
+    issues += [InputIssue(f"{path}: {key}", f"{cfg[key]!r} is not a list", "write one entry per layer, e.g. [1, 1, 1, 0]")
+               for key in LIST_KEYS if cfg.get(key) is not None and not isinstance(cfg[key], list)]
+    quant = cfg.get("quantization_config")
+    if quant is not None and not isinstance(quant, Mapping):
+        issues.append(InputIssue(f"{path}: quantization_config", f"{quant!r} is not an object", 'write it as published, e.g. {"quant_method": "fp8"}'))
+    elif quant is not None and quant.get("weight_block_size") is not None:
+        block = quant["weight_block_size"]
+        if not isinstance(block, list) or not block or not all(_is_whole(b) for b in block):
+            issues.append(InputIssue(f"{path}: quantization_config.weight_block_size", f"{block!r} is not a list of whole numbers",
+                                     "write it as published, e.g. [128, 128]"))
+    return issues
+
+
+def _check_types(cfg: Mapping[str, Any], path: str) -> None:
+    """Refuse wrongly typed values before anything divides, compares or iterates over them."""
+    issues = _type_issues(cfg, path)
+    if cfg.get("num_attention_heads") == 0:
+        issues.append(InputIssue(f"{path}: num_attention_heads", "is 0", "a model has at least one attention head"))
+    if issues:
+        raise PlannerInputError(issues)
 
 
 def _attention(cfg: dict, model_type: str, path: str) -> dict:
@@ -152,6 +192,7 @@ def _native_precisions(cfg: dict) -> dict:
 def spec_from_hf_config(config: Mapping[str, Any], model_id: str, name: str | None = None, path: str = "config.json") -> ModelSpec:
     """Build a validated ModelSpec from a Hugging Face config dictionary."""
     cfg = _flatten(config)
+    _check_types(cfg, path)
     model_type = str(cfg.get("model_type", ""))
     n_layers = _require(cfg, "num_hidden_layers", path)
     moe, dense = _moe(cfg, model_type, path)
@@ -168,6 +209,9 @@ def spec_from_hf_config(config: Mapping[str, Any], model_id: str, name: str | No
         "attention_window": _window(cfg, model_type, n_layers, path),
         "max_context_tokens": cfg.get("max_position_embeddings") or 4096,
         "sources": {"architecture": path},
+        # auto_map names classes in the repository's own Python files, which engines load only when trusted
+        "trust_remote_code": bool(config.get("auto_map")),
+        "model_type": str(config.get("model_type") or model_type) or None,
         "mtp": {"layers": cfg["num_nextn_predict_layers"]} if cfg.get("num_nextn_predict_layers") else None,
         **_native_precisions(cfg),
     }

@@ -6,8 +6,8 @@ every bundled problem against those tables.
 
 Per server: it binds 0.0.0.0 on a port unique on its host; a replica over several hosts is started
 by one command per host (vLLM data-parallel ranks with `--headless`, SGLang `--node-rank`), or by
-`mpirun` from its first host (TensorRT-LLM). Pre-quantized checkpoints from the model catalog are
-served where the plan's weight format differs from the model's native one.
+`mpirun` from its first host (TensorRT-LLM). The checkpoint served is the one the problem or the
+catalog names (planner/output/checkpoints.py).
 """
 
 import json
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from planner.errors import InputIssue, PlannerInputError
 from planner.hardware.catalog import load_hardware_catalog
-from planner.model.catalog import load_model_specs
+from planner.output.checkpoints import checkpoint, checkpoint_notes, model_source
 from planner.output.launch import (
     HostRef,
     LaunchScript,
@@ -26,10 +26,8 @@ from planner.output.launch import (
     safe_file_name,
     word,
 )
-from planner.precision import Precision, bytes_per_value
-from planner.units import GB
 
-__all__ = ["ENGINE_VERSIONS", "Checkpoint", "ENGINE_BUILDERS", "Ports", "checkpoint", "draft_tokens", "hosts_of", "replicas_of"]
+__all__ = ["ENGINE_VERSIONS", "ENGINE_BUILDERS", "Ports", "draft_tokens", "hosts_of", "replicas_of"]
 
 # The engine releases whose parsers the flags were checked against (planner/output/engine_flags/).
 ENGINE_VERSIONS = {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23 (router: sglang-router 0.3.2)",
@@ -103,41 +101,6 @@ def vendor_of(record: dict, accelerator_id: str) -> str:
     return accelerator.vendor if accelerator else "unknown"
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    repo: str
-    online_quantization: str | None  # the weight format the engine must quantize to at load time, if any
-    trust_remote_code: bool
-
-
-def checkpoint(d: dict) -> Checkpoint:
-    """The repository to serve: a pre-quantized one for the plan's weight format when the catalog
-    knows it, else the instruct model (quantized at load time when the format differs)."""
-    spec = load_model_specs().get(d["model"])
-    if spec is None:  # an imported or inline model: the operator's own path
-        return Checkpoint(f"/models/{safe_file_name(d['model'])}", None, False)
-    weights, native = d["precisions"]["weights"], spec.native_weights_precision.value
-    repo = spec.quantized_repos.get(weights) if weights != native else None
-    base = spec.serving_repo or spec.hf_repo or f"/models/{safe_file_name(d['model'])}"
-    return Checkpoint(repo or base, None if weights == native or repo else weights, spec.trust_remote_code)
-
-
-def load_time_note(d: dict, index: int, ckpt: Checkpoint, engine: str) -> str | None:
-    """A NOTE when quantizing at load time needs the full-precision weights in HBM first and they do
-    not fit (SGLang's `--load-format layered` quantizes layer by layer and needs no such room)."""
-    if ckpt.online_quantization is None or engine == "sglang":
-        return None
-    spec = load_model_specs()[d["model"]]
-    memory = d["memory_bytes_per_accelerator"]
-    ratio = bytes_per_value(spec.native_weights_precision) / bytes_per_value(Precision(ckpt.online_quantization))
-    loading = memory["weights"] * ratio
-    if loading <= memory["capacity"]:
-        return None
-    return (f"deployment {index}: {engine} loads {ckpt.repo} in {spec.native_weights_precision.value} before quantizing to "
-            f"{ckpt.online_quantization}: {loading / GB:.0f} GB of weights per accelerator against {memory['capacity'] / GB:.0f} GB; "
-            f"serve a pre-quantized {ckpt.online_quantization} checkpoint instead")
-
-
 def draft_tokens(record: dict, d: dict, index: int, script: LaunchScript) -> int:
     """Draft tokens the deployment's servers verify per step (0: no speculative decoding), with a NOTE
     of the acceptance the plan assumed. A prefill deployment runs the draft with its decode side's
@@ -204,11 +167,10 @@ def _vllm_refuses(record: dict, d: dict, index: int) -> None:
 
 def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
     _vllm_refuses(record, d, index)
-    ckpt, kv = checkpoint(d), d["precisions"]["kv_cache"]
+    ckpt, kv = checkpoint(record, d), d["precisions"]["kv_cache"]
     tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
     role = d.get("role", "aggregated")
-    if note := load_time_note(d, index, ckpt, "vllm"):
-        script.notes.append(note)
+    script.notes += checkpoint_notes(d, index, ckpt, "vllm")
     if ep not in (1, tp * dp):
         script.notes.append(f"vLLM sets EP = TP x DP with --enable-expert-parallel; deployment {index}'s EP {ep} becomes {tp * dp}")
     if d.get("expert_map"):
@@ -260,12 +222,35 @@ def _vllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports)
 # SGLang
 
 
+# config.json model types whose SGLang model class defines no `get_model_config_for_expert_location` (Llama 4:
+# python/sglang/srt/models/llama4.py, found so for 0.5.23 in issue 24): SGLang's expert location is then a dummy of one
+# layer and one expert (eplb/expert_location.py, ModelConfigForExpertLocation.from_model_config), so an initial
+# expert map or redundant experts cannot be loaded.
+SGLANG_NO_EXPERT_LOCATION = {"llama4"}
+
+
+def _sglang_drops_expert_map(record: dict, d: dict, index: int) -> str | None:
+    """The NOTE for a model SGLang cannot give an expert placement to (None where it can)."""
+    model_type = model_source(record, d).model_type
+    if model_type not in SGLANG_NO_EXPERT_LOCATION:
+        return None
+    emap = d["expert_map"]
+    per_rank = emap["n_logical_experts"] // emap["n_ranks"]
+    return (f"deployment {index}: SGLang's {model_type} model takes no expert placement (no get_model_config_for_expert_location), "
+            f"so the plan's ({emap['n_ranks']} ranks x {emap['slots_per_rank']} slots, {_redundant(d)} redundant copies, max/mean "
+            f"expert load {emap['imbalance']:.4g} from {emap['profile']}) is not applied: SGLang keeps one copy of each expert in "
+            f"checkpoint order, expert e on expert-parallel rank e // {per_rank}, and the per-rank load follows the model's routing")
+
+
 def _sglang(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
-    ckpt, kv = checkpoint(d), d["precisions"]["kv_cache"]
+    ckpt, kv = checkpoint(record, d), d["precisions"]["kv_cache"]
     tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
     role = d.get("role", "aggregated")
+    script.notes += checkpoint_notes(d, index, ckpt, "sglang")
     map_file = None
-    if d.get("expert_map"):
+    if d.get("expert_map") and (note := _sglang_drops_expert_map(record, d, index)):
+        script.notes.append(note)
+    elif d.get("expert_map"):
         map_file = safe_file_name(f"expert_map_{d['workload']}_{index}.json")
         script.files[map_file] = json.dumps({"physical_to_logical_map": d["expert_map"]["physical_to_logical_map"]})
     # --attn-dp-size replaces --dp-size with --enable-dp-attention (deprecated in SGLang 0.5.23, server_args.py)
@@ -277,7 +262,7 @@ def _sglang(record: dict, d: dict, index: int, script: LaunchScript, ports: Port
                     ("--load-format", "layered" if ckpt.online_quantization == "fp8" else None),  # quantize layer by layer, not after a bf16 load
                     ("--trust-remote-code", ckpt.trust_remote_code),
                     ("--init-expert-location", map_file), ("--ep-dispatch-algorithm", "static" if map_file else None),
-                    ("--ep-num-redundant-experts", _redundant(d) or None),
+                    ("--ep-num-redundant-experts", (_redundant(d) or None) if map_file else None),
                     ("--disaggregation-mode", role if role != "aggregated" else None),
                     ("--disaggregation-transfer-backend", "nixl" if role != "aggregated" else None))
     if k := draft_tokens(record, d, index, script):  # the NextN layer drafts a chain: EAGLE (NEXTN is its alias), top-1
@@ -326,11 +311,12 @@ def _trtllm_options(record: dict, d: dict, index: int, script: LaunchScript) -> 
 
 
 def _trtllm(record: dict, d: dict, index: int, script: LaunchScript, ports: Ports) -> None:
-    ckpt = checkpoint(d)
+    ckpt = checkpoint(record, d)
+    script.notes += checkpoint_notes(d, index, ckpt, "trtllm")
     tp, dp, ep, pp = d["tp"], d["dp_attn"], d["ep"], d["pp"]
     if ckpt.online_quantization:
         script.notes.append(f"deployment {index}: TensorRT-LLM does not quantize at load time and no {ckpt.online_quantization} checkpoint "
-                            f"of {d['model']} is in the catalog; quantize {ckpt.repo} with TensorRT Model Optimizer and serve that")
+                            f"of {d['model']} is named (catalog or problem); quantize {ckpt.repo} with TensorRT Model Optimizer and serve that")
     if dp > 1 and tp > 1:
         script.notes.append(f"deployment {index}: TensorRT-LLM attention data parallelism runs attention unsharded; TP {tp} becomes 1")
     options = _trtllm_options(record, d, index, script)

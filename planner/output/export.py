@@ -32,11 +32,12 @@ from planner.output.kubernetes import group_endpoints, manifests_text
 from planner.output.launch import HostRef, LaunchScript, Server, render_script, word
 from planner.output.launch import safe_file_name as safe_name
 
-__all__ = ["export_plan", "placement_document"]
+__all__ = ["SPREAD_ROUTER", "VLLM_ROUTER", "export_plan", "placement_document"]
 
 PLACEMENT_FORMAT = "llm-deployment-placement"
 PLACEMENT_FORMAT_VERSION = 1
 VLLM_ROUTER = "vllm_pd_router.py"  # the prefill/decode router of vLLM exports, in planner/output/files/
+SPREAD_ROUTER = "spread_router.py"  # the router over aggregated replicas of vLLM and TensorRT-LLM scripts, beside it
 
 
 def _experts_of(d: dict, role: dict) -> dict[str, list[int]]:
@@ -151,6 +152,30 @@ def _routers(record: dict, fmt: str, script: LaunchScript, ports: Ports) -> None
         script.servers.append(Server(host, f"router-{workload}", argv, port, "/healthcheck" if fmt == "vllm" else "/health"))
 
 
+def _spreaders(record: dict, fmt: str, script: LaunchScript, ports: Ports) -> None:
+    """A router per aggregated workload of several replicas, on its first replica's host, spreading requests
+    over every replica: SGLang's own (sglang_router, regular mode), else ours (planner/output/files/)."""
+    for workload in dict.fromkeys(d["workload"] for d in record["deployments"]):
+        heads = [s for s in script.servers if s.deployment >= 0 and s.port is not None and s.host_rank == 0
+                 and record["deployments"][s.deployment]["workload"] == workload
+                 and record["deployments"][s.deployment].get("role", "aggregated") == "aggregated"]
+        if len(heads) < 2:
+            continue
+        host, port = heads[0].host, ports.take(heads[0].host, ROUTER_PORT)
+        if fmt == "sglang":
+            argv = [word("python3"), word("-m"), word("sglang_router.launch_router"), word("--worker-urls")]
+            argv += [word("http://", HostRef(s.host), f":{s.port}") for s in heads]
+        else:
+            script.files[SPREAD_ROUTER] = (Path(__file__).parent / "files" / SPREAD_ROUTER).read_text()
+            argv = [word("python3"), word(SPREAD_ROUTER), word("--server-hosts"), *(word(HostRef(s.host)) for s in heads)]
+            argv += [word("--server-ports"), *(word(s.port) for s in heads)]
+            argv += [word("--server-batches"), *(word(record["deployments"][s.deployment]["batch_per_replica"]) for s in heads)]
+        argv += [word("--host"), word("0.0.0.0"), word("--port"), word(port)]
+        script.servers.append(Server(host, f"router-{workload}", argv, port, "/health"))
+        script.header.append(f"workload {workload}: send requests to its router on {host} port {port}, which spreads them over its "
+                             f"{len(heads)} replicas")
+
+
 def build_launch(record: dict, fmt: str, routers: bool = True) -> LaunchScript:
     """The servers, files and notes of the plan for engine `fmt` (see planner/output/launch.py)."""
     _unsupported(record, fmt)
@@ -167,6 +192,7 @@ def build_launch(record: dict, fmt: str, routers: bool = True) -> LaunchScript:
         ENGINE_BUILDERS[fmt](record, d, i, script, ports)
     if routers:
         _routers(record, fmt, script, ports)
+        _spreaders(record, fmt, script, ports)
     return script
 
 

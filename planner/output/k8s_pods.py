@@ -7,9 +7,10 @@ command, each choice with where it comes from.
   install guide starts its image on an 8-GPU host with `--shm-size 32g` (docs/get_started/install.md),
   which is 4 GiB per GPU; vLLM's guide runs with `--ipc=host` (no bound) or a `--shm-size` of the
   user's choice, so the same rate serves it. The emptyDir counts against the pod's memory.
-- Model credentials: `HF_TOKEN` from the secret HF_SECRET (key HF_SECRET_KEY), required for repositories
-  of gated organisations (GATED_ORGS: their licence must be accepted, and downloads without a token fail)
-  and optional for other Hugging Face repositories; a local path (`/models/...`) needs none.
+- Model credentials: `HF_TOKEN` from the secret HF_SECRET (key HF_SECRET_KEY), required for gated models
+  (the catalog's or the problem's `gated` field: their licence must be accepted on Hugging Face, and
+  downloads without a token fail) and optional for other Hugging Face repositories; a local path
+  (`/models/...`) needs none.
 - Probes on the engine's health endpoint: a startup probe that allows as long as the launch scripts wait
   (START_TIMEOUT_S_DEFAULT: a large checkpoint loads in tens of minutes), then readiness and liveness.
 - The IMEX channel: on a rack whose NVLink domain spans several hosts (GB200 NVL72), pods of one group
@@ -29,7 +30,6 @@ FILES_MOUNT = "/planner"
 GPU_RESOURCE = {"NVIDIA": "nvidia.com/gpu", "AMD": "amd.com/gpu"}
 SHM_GIB_PER_ACCELERATOR = 4  # SGLang's --shm-size 32g on an 8-GPU host (see the module docstring)
 HF_SECRET, HF_SECRET_KEY = "hf-token", "HF_TOKEN"
-GATED_ORGS = ("meta-llama/",)  # Llama checkpoints are served only after accepting Meta's licence on Hugging Face
 # NVIDIA DRA driver for GPUs: ComputeDomain CRD (api/nvidia.com/resource/v1beta1 in k8s-dra-driver-gpu); numNodes
 # is deprecated there and 0 with its default IMEXDaemonsWithDNSNames feature gate.
 COMPUTE_DOMAIN_API_VERSION = "resource.nvidia.com/v1beta1"
@@ -48,13 +48,13 @@ class PodNeeds:
     configmap: str
     repo: str | None = None  # the Hugging Face repository the engine downloads (None: a local path, or no model)
     imex_template: str | None = None  # the ComputeDomain's ResourceClaimTemplate, for groups across NVLink trays
+    gated: bool = False  # the repository needs an accepted licence, so HF_TOKEN is required
 
 
 def _env(needs: PodNeeds) -> list[dict]:
     if not needs.repo or needs.repo.startswith("/"):
         return []
-    gated = needs.repo.startswith(GATED_ORGS)
-    return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY, "optional": not gated}}}]
+    return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY, "optional": not needs.gated}}}]
 
 
 def _probes(port: int, path: str) -> dict:

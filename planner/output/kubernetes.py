@@ -19,10 +19,10 @@ import shlex
 import yaml
 
 from planner.errors import InputIssue, PlannerInputError
+from planner.output.checkpoints import checkpoint
 from planner.output.engines import (
     API_PORT,
     ENGINE_VERSIONS,
-    checkpoint,
     host_size,
     vendor_of,
 )
@@ -194,8 +194,9 @@ def _server_docs(record: dict, script: LaunchScript, engine: str, vendors: dict[
         if len(first) > 1 and _nvlink_across_hosts(record, d):
             claim = k8s_name(f"{problem}-{engine}", f"{index}-imex-channel")
             docs.append(compute_domain(k8s_name(f"{problem}-{engine}", f"{index}-imex"), claim, {"app.kubernetes.io/part-of": base}))
+        ckpt = checkpoint(record, d)
         needs = PodNeeds(IMAGES.get((engine, vendors[index]), IMAGES[(engine, "NVIDIA")]), vendors[index],
-                         d["accelerators_per_replica"] // len(first), configmap, checkpoint(d).repo, claim)
+                         d["accelerators_per_replica"] // len(first), configmap, ckpt.repo, claim, ckpt.gated)
         serving = None if d["workload"] in routed else {"app.kubernetes.io/part-of": base, WORKLOAD_LABEL: _workload_label(d["workload"])}
         docs.append(_leader_worker_set(names[index], {"app.kubernetes.io/part-of": base, "app.kubernetes.io/component": "server"},
                                        groups, needs, serving))
@@ -237,8 +238,8 @@ def manifests_text(record: dict, script: LaunchScript, engine: str, vendors: dic
 def _header(script: LaunchScript) -> list[str]:
     header = [f"# {script.header[0]}", "# Kubernetes: LeaderWorkerSet manifests (kubernetes-sigs/lws v0.10.0 API): kubectl apply -f THIS_FILE.",
               f"# Images: the engine releases the flags were checked against ({ENGINE_VERSIONS[script.engine]}).",
-              f"# Hugging Face downloads read HF_TOKEN from the secret '{HF_SECRET}' (required for gated repositories such as",
-              f"# meta-llama/...): kubectl create secret generic {HF_SECRET} --from-literal={HF_SECRET_KEY}=<your token>.",
+              f"# Hugging Face downloads read HF_TOKEN from the secret '{HF_SECRET}' (required for models the catalog or the problem",
+              f"# marks gated): kubectl create secret generic {HF_SECRET} --from-literal={HF_SECRET_KEY}=<your token>.",
               f"# Each workload is reached through its Service (port {API_PORT}), which spreads requests over its replicas;",
               "# groups across NVLink trays claim an IMEX channel from a ComputeDomain (needs NVIDIA's DRA driver for GPUs).",
               *(f"# NOTE: {n}" for n in script.notes + ([TRTLLM_IMAGE_NOTE] if script.engine == "trtllm" else []))]

@@ -95,6 +95,13 @@ class CatalogModelRef(EdgeModel):
 class ConfigJsonModelRef(EdgeModel):
     config_json: str = Field(description="path to a Hugging Face config.json, relative to the problem file")
     id: CatalogId | None = Field(default=None, description="id to give the imported model")
+    hf_repo: str | None = Field(default=None, description="Hugging Face repository (or local path) exports serve; default /models/<id>")
+    serving_repo: str | None = Field(default=None, description="repository exports serve instead of hf_repo (the instruct or chat model)")
+    quantized_repos: dict[Precision, str] = Field(
+        default_factory=dict, description="pre-quantized checkpoints by weight format (fp8, nvfp4), so exports need no online quantization")
+    trust_remote_code: bool | None = Field(default=None, description="whether the engines need --trust-remote-code; default: "
+                                           "whether config.json names code of its own (auto_map)")
+    gated: bool = Field(default=False, description="whether Hugging Face gates the repository (a licence to accept first)")
     precisions: PrecisionSpec | None = Field(default=None, description="formats for this model, over the problem's defaults")
     expert_load: ExpertLoadSpec | None = Field(default=None, description="expert load profile of this model (MoE only)")
 

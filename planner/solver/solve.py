@@ -221,7 +221,7 @@ def _for_workload(c: Candidate, workload: str) -> Candidate:
 
 
 def _expert_placement(resolved: ResolvedProblem, model: ResolvedModel, c: Candidate, options,
-                      known: dict | None = None) -> ExpertPlacement | None:
+                      known: dict | None = None, *, seed: int = 0, workers: int = 1) -> ExpertPlacement | None:
     """The final placement of a deployment's experts on its expert-parallel ranks. `known`: the greedy
     placements the enumeration made from scratch (`_imbalance_function`), by width and grouping: the
     same search on the same loads, taken as they are when this one is greedy from scratch too."""
@@ -236,19 +236,21 @@ def _expert_placement(resolved: ResolvedProblem, model: ResolvedModel, c: Candid
     return place_experts(model.arch, loads, c.layout.ep, options.redundant_experts_per_rank, method=options.method,
                          time_limit_s=options.time_limit_s, profile=model.expert_load_label, previous=previous,
                          max_moves_per_layer=options.max_expert_moves_per_layer if previous is not None else None,
-                         ranks_per_node=_ranks_per_domain(c))
+                         ranks_per_node=_ranks_per_domain(c), seed=seed, workers=workers)
 
 
 def _ranks_per_domain(c: Candidate) -> int:
     return ranks_per_domain(c.inputs.rack.n_accelerators, c.layout.ep, c.layout.stage_size)
 
 
-def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int], imbalance: dict | None = None) -> list[Deployment]:
+def _deployments(resolved: ResolvedProblem, data: PlanningData, chosen: dict[int, int], imbalance: dict | None = None, *,
+                 seed: int = 0, workers: int = 1) -> list[Deployment]:
     deployments = []
     for j, replicas in sorted(chosen.items(), key=lambda item: (data.candidates[item[0]].workload, data.candidates[item[0]].sort_key())):
         c = data.candidates[j]
         model = resolved.models[c.model_key]
-        experts = _expert_placement(resolved, model, c, resolved.placement, getattr((imbalance or {}).get(c.model_key), "placements", None))
+        experts = _expert_placement(resolved, model, c, resolved.placement, getattr((imbalance or {}).get(c.model_key), "placements", None),
+                                    seed=seed, workers=workers)
         # the deployment the enumeration evaluated, with the expert load its placement measured
         inputs = replace(c.inputs, expert_imbalance=experts.imbalance if experts else 1.0,
                          expert_groups_local=expert_groups_local(model.arch, c.layout.ep, _ranks_per_domain(c),
@@ -276,7 +278,7 @@ def solve(resolved: ResolvedProblem, *, time_limit_s: float | None = None, seed:
         data, raw = solve_refined(data, run)
     else:
         raw = run(data)
-    deployments = _deployments(resolved, data, raw.chosen, imbalance)
+    deployments = _deployments(resolved, data, raw.chosen, imbalance, seed=seed, workers=workers)
     stats = SolverStats(raw.status, raw.objective, raw.best_bound, raw.gap, raw.wall_time_s, time.perf_counter() - start,
                         raw.unit, time_limit_s, seed, workers, len(data.candidates), raw.n_variables, raw.n_constraints)
     result = SolveResult(resolved, raw.status, stats, tuple(deployments), data, analyses)
