@@ -55,7 +55,7 @@ def export_command(args: argparse.Namespace, console: Console) -> int:
     if args.output and Path(args.output).resolve() == Path(path).resolve():
         raise PlannerInputError(InputIssue("-o", f"{args.output} is the plan being exported; writing there would replace it",
                                            "choose another output path, e.g. placement.json"))
-    text = export_plan(plan.model_dump(mode="json"), args.format or str(plan.engine), engine=args.engine)
+    text = export_plan(plan, args.format or str(plan.engine), engine=args.engine)
     if args.output:
         write_text(args.output, text, console)
         if text.startswith("#!"):  # a launch script runs as ./launch.sh

@@ -7,7 +7,14 @@ import math
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+)
 
 from planner.limits import MAX_DRAFT_TOKENS, MAX_PARALLEL_DEGREE
 from planner.physics.deployment import Precisions

@@ -3,7 +3,13 @@ JSON document `planner solve --json` writes (`solve_record`)."""
 
 from planner.modes import ServingRole
 from planner.output.handoff import handoff_summary
-from planner.output.plan import PLAN_FORMAT, PLAN_FORMAT_VERSION, Plan, PlanDeployment, plan_document
+from planner.output.plan import (
+    PLAN_FORMAT,
+    PLAN_FORMAT_VERSION,
+    Plan,
+    PlanDeployment,
+    plan_document,
+)
 from planner.output.plan_records import (
     ExpertLayer,
     ExpertMap,

@@ -14,6 +14,8 @@ import numpy as np
 
 from planner.model.architecture import kv_bytes_per_request
 from planner.modes import ServingRole
+from planner.output.plan import Plan, PlanDeployment, as_plan
+from planner.output.plan_records import ExpertMap
 from planner.physics.deployment import Layout
 from planner.physics.estimate import estimate
 from planner.physics.inputs import (
@@ -23,8 +25,6 @@ from planner.physics.inputs import (
     deployment_issues,
 )
 from planner.physics.kv_cache import cache_use
-from planner.output.plan import Plan, PlanDeployment, as_plan
-from planner.output.plan_records import ExpertMap
 from planner.placement.groups import expert_groups_local, ranks_per_domain
 from planner.problem.resolve import ResolvedProblem
 
@@ -190,9 +190,7 @@ def _cache(w, d: PlanDeployment, rack, where: str, out: list[Violation]):
         return None
 
 
-def deployment_inputs_of(resolved: ResolvedProblem, d: PlanDeployment, where: str, out: list[Violation]) -> DeploymentInputs | None:
-    """A deployment's inputs as the checker derives them (the export's engine note re-derives them)."""
-    return _inputs(resolved, d if isinstance(d, PlanDeployment) else PlanDeployment.model_validate(d), where, out)
+deployment_inputs_of = _inputs  # a deployment's inputs as the checker derives them (the export's engine note re-derives them)
 
 
 def _check_deployment(resolved: ResolvedProblem, d: PlanDeployment, where: str, out: list[Violation]) -> _Checked | None:

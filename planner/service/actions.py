@@ -12,8 +12,8 @@ from planner.hardware.catalog import load_hardware_catalog
 from planner.limits import MAX_TIME_LIMIT_S
 from planner.modes import Confidence
 from planner.output.export import export_plan
-from planner.output.plan import Plan
 from planner.output.placement_picture import COLOUR_BY, placement_svg
+from planner.output.plan import Plan
 from planner.service.inputs import bundled_problems, command_args, problem_input, resolved_plan_problem
 from planner.units import MS
 
@@ -152,7 +152,7 @@ def export_answer(body: dict, limits: Limits) -> dict:
     args = command_args("export", _options(body, "plan"), PLACEHOLDER)
     plan = _checked_plan(body)
     fmt = args.format or str(plan.engine)
-    text = export_plan(plan.model_dump(mode="json"), fmt, engine=args.engine)
+    text = export_plan(plan, fmt, engine=args.engine)
     name = {"json": "placement.json", "lws": "manifests.yaml"}.get(fmt, f"launch-{fmt}.sh")
     return {"format": fmt, "filename": name, "text": text}
 
