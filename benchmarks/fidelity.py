@@ -19,8 +19,9 @@ or poisson), `measured_statistic` (mean, p90, ...), and for rows measured with s
 own accepted tokens per step; empty: the model catalog's published acceptance).
 Rows whose `measured_unit` is a time (ttft_s, tpot_s, request_latency_s) or tokens/s per user are
 read as `fidelity_metrics.py` says (TTFT by how the requests arrived: `planner_arrivals`).
-An empty `planner_batch` means the largest batch that fits (exit code 3 = does not fit), at most
-`planner_batch_cap`. `planner_batch_rule` names an engine's own batch rule that also bounds it: `trtllm-bench` (rows run
+An empty `planner_*_precision` cell leaves that format to the model's native one (the checkpoint as published:
+gpt-oss ships MXFP4 experts with BF16 attention, router, embeddings and LM head). An empty `planner_batch` means
+the largest batch that fits (exit code 3 = does not fit), at most `planner_batch_cap`. `planner_batch_rule` names an engine's own batch rule that also bounds it: `trtllm-bench` (rows run
 with trtllm-bench without --max_batch_size) caps the batch at trtllm-bench's max_batch_size per attention rank x ranks
 and passes its max_num_tokens as `--prefill-chunk` (`trtllm_bench_rule.py`). An optional `planner_prefill_chunk`
 column sets `--prefill-chunk` directly. Where the JSON has `<field>_range` = [low, high], the prediction is also
@@ -86,8 +87,8 @@ def estimate_argv(row: dict, batch: int, json_path: str) -> list[str]:
             "--batch", str(batch), "--isl", row["planner_isl"], "--osl", row["planner_osl"], "--json", json_path]
     for flag in ("tp", "ep", "pp", "dp_attn"):
         argv += [f"--{flag.replace('_', '-')}", row[f"planner_{flag}"]]
-    for kind in ("weights", "kv", "activations", "compute"):
-        argv += [f"--{kind}-precision", row[f"planner_{kind}_precision"]]
+    for kind in ("weights", "kv", "activations", "compute"):  # an empty cell: the model's native format (its checkpoint)
+        argv += [f"--{kind}-precision", row[f"planner_{kind}_precision"]] if row[f"planner_{kind}_precision"] else []
     role = "aggregated" if row["planner_mode"] == "static" else row["planner_role"]
     argv += ["--engine", row["planner_engine"], "--overlap", row["planner_overlap"]]
     argv += ["--redundant-experts", row.get("planner_redundant_experts") or "0"]
@@ -279,7 +280,7 @@ def layout_text(row: dict) -> str:
     parts += [f"{k.upper()}{row['planner_' + k]}" for k in ("ep", "pp") if row["planner_" + k] != "1"]
     if row["planner_dp_attn"] != "1":
         parts.append(f"DPA{row['planner_dp_attn']}")
-    return " ".join(parts) + f" {row['planner_weights_precision']}"
+    return " ".join(parts) + f" {row['planner_weights_precision'] or 'native'}"
 
 
 def percentile(values: list[float], q: float) -> float:

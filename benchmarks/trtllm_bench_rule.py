@@ -225,7 +225,8 @@ def settings_for_row(row: dict, kv_fraction: float = KV_FRACTION_DEFAULT) -> Ben
     arch = models[row["planner_model"]]
     device_bytes = hardware.racks[row["planner_rack"]].accelerator.hbm_capacity_bytes  # nvidia-smi's MiB where known
     tp_size = int(row["planner_tp"]) * int(row["planner_dp_attn"])
-    return engine_settings(arch, device_bytes, row["planner_weights_precision"], row["planner_kv_precision"], tp_size,
+    weights = row["planner_weights_precision"] or str(arch.native_expert_weights_precision or arch.native_weights_precision)  # empty: the checkpoint's
+    return engine_settings(arch, device_bytes, weights, row["planner_kv_precision"], tp_size,
                            int(row["planner_pp"]), int(row["planner_isl"]), int(row["planner_osl"]), kv_fraction)
 
 

@@ -2,7 +2,7 @@
 
 from enum import StrEnum
 
-__all__ = ["FlopsFormat", "Precision", "bytes_per_value", "flops_format"]
+__all__ = ["FlopsFormat", "Precision", "bytes_per_value", "flops_format", "matmul_format"]
 
 
 class Precision(StrEnum):
@@ -60,3 +60,12 @@ def bytes_per_value(precision: Precision) -> float:
 def flops_format(precision: Precision) -> FlopsFormat:
     """Tensor-core format a matmul in this precision runs at."""
     return _FLOPS_FORMAT[precision]
+
+
+def matmul_format(compute: FlopsFormat, stored: Precision) -> FlopsFormat:
+    """Tensor-core format a matmul on weights stored in `stored` runs at under the deployment's `compute`
+    format: the wider of the two, since both operands enter the tensor cores in one format and an engine
+    does not requantise stored weights every step (gpt-oss on Blackwell: MXFP4 experts with FP8
+    activations beside BF16 attention and router GEMMs, as its checkpoint leaves them unquantised)."""
+    order = FLOPS_FORMATS_NARROW_TO_WIDE
+    return max(compute, flops_format(stored), key=order.index)

@@ -289,3 +289,24 @@ def test_fidelity_row_takes_the_bench_rule():
     assert fidelity.with_batch_rule(plain) == (plain, "") and "--prefill-chunk" not in fidelity.estimate_argv(plain, 8, "x.json")
     with pytest.raises(ValueError):
         fidelity.with_batch_rule(dict(row, planner_batch_rule="vllm-bench"))
+
+
+def test_gpt_oss_rows_run_the_checkpoint_as_published(tmp_path):
+    # openai/gpt-oss-120b config.json: quantization_config mxfp4 with modules_to_not_convert = self_attn, router,
+    # embed_tokens, lm_head, so only the experts are MXFP4 (4 bits + one 8-bit scale per 32 = 0.53125 B) and the
+    # rest stays BF16. By hand from config.json (hidden 2880, 36 layers, 64 q / 8 kv heads of 64, biases, sinks,
+    # 128 experts of 2880 with a fused gate/up of 5760, vocab 201,088, untied head):
+    #   embedding + head 2 x 201,088 x 2880 = 1,158,266,880; per layer q 2880x4096+4096, k and v 2x(2880x512+512),
+    #   o 4096x2880+2880, sinks 64, two norms 5760, router 2880x128+128 = 26,924,672; final norm 2880
+    #   -> 2,127,557,952 BF16 values = 4,255,115,904 B on every attention-DP rank
+    #   experts 36 x 128 x (2880x5760+5760 + 2880x2880+2880) = 114,701,598,720 x 0.53125 / EP4 = 15,233,806,080 B
+    fidelity, _, _ = _fidelity_modules()
+    row = _perf_overview_row("TRTPO-13")
+    argv = fidelity.estimate_argv(row, 64, str(tmp_path / "e.json"))
+    assert "--weights-precision" not in argv and fidelity.layout_text(row).endswith("native")
+    from planner.cli.main import main as planner_main
+
+    assert planner_main(argv[3:]) == 0
+    record = json.loads((tmp_path / "e.json").read_text())
+    assert (record["precisions"]["weights"], record["precisions"]["expert_weights"]) == ("bf16", "mxfp4")
+    assert record["memory_bytes_per_accelerator"]["weights"] == pytest.approx(4_255_115_904 + 15_233_806_080, rel=1e-9)

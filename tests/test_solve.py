@@ -89,7 +89,7 @@ def test_a_time_limit_returns_the_best_plan_with_its_gap():
     s = result.stats
     assert result.status in ("OPTIMAL", "FEASIBLE", "UNKNOWN")
     if result.status == "UNKNOWN":
-        assert not result.has_plan and result.deployments == [] and s.objective is None
+        assert not result.has_plan and result.deployments == () and s.objective is None
         return
     assert s.objective is not None and s.best_bound is not None and s.gap is not None
     assert s.best_bound <= s.objective + 1e-9 and s.gap >= 0.0

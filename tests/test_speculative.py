@@ -4,17 +4,22 @@ the problem and CLI errors, and the solver's choice of draft tokens."""
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from planner.cli.main import main
 from planner.errors import PlannerInputError
 from planner.model.architecture import mtp_module_params, param_counts
 from planner.model.catalog import ModelSpec, arch_from_spec
-from planner.modes import ServingRole, StepModel
+from planner.modes import Engine, ServingRole, StepModel
+from planner.physics.batch_table import step_context
 from planner.physics.deployment import Layout, Precisions
 from planner.physics.estimate import estimate
 from planner.physics.inputs import DeploymentInputs
+from planner.physics.links import default_replica_links
+from planner.physics.roofline import verified_attention_factor
 from planner.physics.speculation import Speculation, accepted_length
+from planner.physics.step_calibrated import decode_attention
 from planner.precision import FlopsFormat, Precision
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import parse_problem
@@ -150,3 +155,33 @@ def test_the_solver_picks_draft_tokens_by_regime():
     bulk = solve(resolve_problem(parse_problem(_problem("deepseek-r1", {"draft_tokens": "auto", "acceptance_rates": [0.02, 0.02, 0.02]},
                                                         demand={"output_tokens_per_s": 20000}))))
     assert bulk.status == "OPTIMAL" and all(d.candidate.draft_tokens == 0 for d in bulk.deployments)
+
+
+def test_verified_attention_grows_with_the_queries_only_where_the_math_bounds_it():
+    # the roofline of one layer's attention per context token: max(bytes / BW, queries x FLOPs / F), at `queries` over at 1
+    assert verified_attention_factor(100.0, 100.0, 1.0, 2.0, 3) == pytest.approx(3.0)  # memory 50 < math 100: 300 / 100
+    assert verified_attention_factor(100.0, 100.0, 1.0, 0.5, 3) == pytest.approx(1.5)  # memory 200 > math 100: 300 / 200
+    assert verified_attention_factor(100.0, 100.0, 1.0, 0.5, 2) == pytest.approx(1.0)  # memory 200 = math 200: read once
+    # DeepSeek-V3's absorbed MLA on an H200, bf16 cache, all 128 heads on the rank: 2 x 128 x (512 + 64) + 2 x 128 x 512
+    # = 278,528 FLOPs against 576 x 2 = 1,152 bytes per context token; at 989.5 TFLOP/s x 0.803 and 4.8 TB/s x 0.8 the
+    # math takes 0.351 ns and the read 0.300 ns, so 3 queries (2 draft tokens) take 3x as long
+    assert verified_attention_factor(278_528, 1_152, 989.5e12 * 0.803, 4.8e12 * 0.8, 3) == pytest.approx(3.0)
+    # Llama-3.1-70B's GQA (64 query heads over 8 KV heads of 128), bf16: 2 x 64 x 128 x 2 = 32,768 FLOPs against
+    # 2 x 8 x 128 x 2 = 4,096 bytes: the read (1.07 ns) dwarfs even 4 queries' math (0.165 ns)
+    assert verified_attention_factor(32_768, 4_096, 989.5e12 * 0.803, 4.8e12 * 0.8, 4) == pytest.approx(1.0)
+
+
+def test_a_calibrated_mtp_step_scores_its_queries_against_the_latent_cache(hw, models):
+    """DeepSeek-V3 on 16 H200 (attention DP16, EP16, SGLang's tables), 2 sequences per rank at 65,536 + 4,096 tokens, bf16
+    cache: one query's attention is bound by its math (the factor above is 3 for 3 queries), so verifying 2 draft
+    tokens runs the measured one-query attention time, less its fixed per-layer time, three times over."""
+    arch = models["deepseek-v3"]
+    precisions = Precisions(Precision.FP8, Precision.BF16, Precision.BF16, FlopsFormat.FP8)
+    inp = DeploymentInputs(arch, hw.racks["hgx-h200"], Layout(1, 16, 1, 16), 32, 65536, 4096, precisions, hw.overheads,
+                           engine=Engine.SGLANG, role=ServingRole.DECODE, step_model=StepModel.CALIBRATED)
+    ctx = step_context(inp, default_replica_links(inp.rack, inp.layout, inp.overheads.collective_latency_s))
+    per_rank = np.array([[2.0]])
+    one, three = decode_attention(ctx, per_rank), decode_attention(ctx, per_rank, queries=3)
+    np.testing.assert_allclose(three.fixed_s, one.fixed_s, rtol=1e-12)
+    np.testing.assert_allclose(three.compute_s + three.memory_s, 3 * (one.compute_s + one.memory_s), rtol=1e-9)
+    assert np.all(one.compute_s + one.memory_s > 0)

@@ -162,12 +162,14 @@ class KernelRates:
         return _first(self.gemm, fmt, ("fp8", "bf16"))
 
     def moe_curve(self, fmt: str, routing: str = "balanced", wide_ep_mode: str | None = None) -> Ramp:
-        """Grouped expert GEMM of `fmt` measured under `routing` (balanced when that skew was not measured);
-        behind DeepEP (`wide_ep_mode` low_latency or normal) the engine's wide-EP tables where it has them in `fmt`."""
+        """Grouped expert GEMM of `fmt` measured under `routing` (balanced when that skew was not measured); behind
+        DeepEP (`wide_ep_mode` low_latency or normal) the engine's wide-EP tables wherever it has them, in `fmt` or the
+        nearest format there: a rank then runs a masked grouped GEMM over the tokens dispatched to it, while the other
+        MoE tables time a fused kernel fed every token of the step (docs/step-model.md, "Expert GEMMs behind DeepEP")."""
         wide = self.moe_wide_ep.get(wide_ep_mode or "", {})
         wide = wide.get(routing) or wide.get("balanced") or {}
-        if fmt in wide:
-            return wide[fmt]
+        if wide:
+            return _first(wide, fmt, WIDE_EP_FORMATS)
         table = self.moe_routing.get(routing) or self.moe
         return _first(table, fmt, ("fp8_block", "fp8", "bf16", "fp4", "mxfp4")) if table else self.gemm_curve(fmt)
 
@@ -193,6 +195,10 @@ class KernelRates:
 
     def all_to_all_curve(self, mode: str, phase: str) -> AllToAll | None:
         return self.all_to_all.get(mode, {}).get(phase)
+
+
+# behind DeepEP, the format a missing one is read in: the nearest wider first (SGLang's wide-EP tables hold fp8_block)
+WIDE_EP_FORMATS = ("fp8_block", "fp8", "bf16")
 
 
 def _first(table: dict, key: str, fallbacks: tuple[str, ...]):

@@ -9,8 +9,8 @@ stage's tensor, expert and attention-data parallelism. TensorRT-LLM ("MTP Eagle"
 checkpoint with one module), SGLang (EAGLE over the NextN layer) and vLLM (method mtp) all reuse the
 one module autoregressively for k > 1 draft tokens, with one KV cache for it. A step of k draft
 tokens is then, per sequence:
-  - the main model over 1 + k tokens (GEMM rows, collectives and attention queries x (1 + k), the
-    same KV read once);
+  - the main model over 1 + k tokens (GEMM rows and collectives x (1 + k); the same KV read once,
+    the attention math x (1 + k): `roofline.verified_attention_factor`);
   - the MTP module over the 1 + k verified positions (its first pass, which also drafts token 1);
   - k - 1 more MTP passes of one token each (drafting tokens 2..k).
 Prefill runs the module once over every prompt token (its KV cache and the first draft).
@@ -174,7 +174,7 @@ def speculative_note(inp: DeploymentInputs) -> str | None:
     acceptance = (f"a measured accepted length of {spec.accepted_tokens:g} tokens per step" if spec.accepted_tokens is not None
                   else "acceptance " + ", ".join(f"{a:.3g}" for a in spec.acceptance_rates[:k]) + " per draft position")
     return (f"speculative decoding (MTP, {k} draft token{'s' if k > 1 else ''}): each step verifies {1 + k} tokens per sequence "
-            f"(GEMM rows and attention queries x {1 + k}, the KV read once) and the last stage runs the MTP module {k} time"
+            f"(GEMM rows and attention math x {1 + k}, the KV read once) and the last stage runs the MTP module {k} time"
             f"{'s' if k > 1 else ''} (first over the {1 + k} verified positions, then one token each), as TensorRT-LLM, SGLang and "
             f"vLLM reuse DeepSeek's one module; with {acceptance} a step emits {spec.tokens_per_step:.3g} tokens per sequence "
             f"(1 + sum of the products of the rates), so TPOT = step / {spec.tokens_per_step:.3g}; acceptance depends on the "

@@ -309,13 +309,14 @@ def all_reduce_kernel(curve: Collective, message_bytes, n_members: int, n_calls)
 
 
 def all_to_all_kernel(curve: AllToAll, tokens, key: tuple[float, float, float], in_domain_bytes, cross_domain_bytes,
-                      cross_domain_bytes_per_s: float, n_calls, found: dict | None = None) -> np.ndarray:
+                      cross_domain_bytes_per_s: float, n_calls, found: dict | None = None, cross_domain_latency_s: float = 0.0) -> np.ndarray:
     """n_calls expert all-to-all phases of `tokens` per rank: the in-domain part at the measured rate
     (alpha + bytes / rate, times the grid of the (hidden, topk, experts) measured nearest to `key`)
-    or the part crossing scale-up domains (alpha + bytes over the NICs), whichever is slower.
-    `found`: `Grid.along`'s cells at these tokens, shared with the other phase."""
+    or the part crossing scale-up domains (alpha + the network's fixed latency + bytes over the NICs),
+    whichever is slower. `found`: `Grid.along`'s cells at these tokens, shared with the other phase."""
     grid = grid_of(curve, key)
     correction = grid.along(0, np.maximum(tokens, 1e-9), ((),), found)[0] if grid is not None else 1.0
     in_domain = (curve.alpha_s + alpha_rate_s(in_domain_bytes, curve.bytes_per_s)) * correction
-    cross = curve.alpha_s + alpha_rate_s(cross_domain_bytes, cross_domain_bytes_per_s)
+    crossing = np.asarray(cross_domain_bytes) > 0
+    cross = curve.alpha_s + np.where(crossing, cross_domain_latency_s, 0.0) + alpha_rate_s(cross_domain_bytes, cross_domain_bytes_per_s)
     return n_calls * np.maximum(in_domain, cross) * curve.spread.p50

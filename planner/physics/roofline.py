@@ -29,6 +29,7 @@ __all__ = [
     "memory_time_s",
     "point_to_point_time_s",
     "step_total_s",
+    "verified_attention_factor",
 ]
 
 FLOPS_PER_PARAM_PER_TOKEN = 2  # one multiply and one add per weight per token (forward pass)
@@ -188,3 +189,17 @@ def kv_compute_crossover_context_tokens(
     """Claim 7: context length where KV-fetch time overtakes compute time, independent of batch:
     S* = 2 * N_active * BW_hbm / (F * kv)."""
     return FLOPS_PER_PARAM_PER_TOKEN * active_params * hbm_bandwidth_bytes_per_s / (flops_per_s * kv_bytes_per_token)
+
+
+def verified_attention_factor(flops_per_context_token: float, kv_bytes_per_context_token: float, flops_per_s: float,
+                              hbm_bytes_per_s: float, queries: float) -> float:
+    """How much longer decode attention takes when each sequence scores `queries` tokens against its
+    cached context instead of one (a speculative step verifying draft tokens): the roofline time
+    max(KV bytes / BW, queries x FLOPs / F) at `queries` over the same at one query. The cache is read
+    once whatever the queries; the math grows with them. Per context token: `flops_per_context_token`
+    (one query, the heads on the rank) and `kv_bytes_per_context_token`. A kernel bound by its math at
+    one query (MLA's absorbed attention, where every head reads one shared latent) takes `queries` times
+    as long; a memory-bound one (GQA at a few heads per KV head) about as long."""
+    memory = kv_bytes_per_context_token / hbm_bytes_per_s
+    one = flops_per_context_token / flops_per_s
+    return max(memory, queries * one) / max(memory, one)

@@ -15,6 +15,7 @@ import numpy as np
 from planner.hardware.kernels import AllToAll, Ramp, Spread
 from planner.model.architecture import (
     AttentionKind,
+    attention_flops_per_context_token,
     kv_bytes_per_token_per_layer,
 )
 from planner.modes import Engine
@@ -33,7 +34,11 @@ from planner.physics.kernels import (
     total_kernel_time,
 )
 from planner.physics.memory import kv_shard_fraction
-from planner.physics.roofline import all_reduce_time_s, domains_per_token
+from planner.physics.roofline import (
+    all_reduce_time_s,
+    domains_per_token,
+    verified_attention_factor,
+)
 from planner.physics.stages import (
     ELEMENTWISE_OPS_PER_LAYER,
     attention_heads_per_rank,
@@ -51,7 +56,7 @@ from planner.physics.step_parts import (
     roofline_exchange,
     touch_fraction,
 )
-from planner.precision import FlopsFormat, Precision, bytes_per_value
+from planner.precision import FlopsFormat, Precision, bytes_per_value, flops_format, matmul_format
 
 __all__ = ["calibrated_comm", "calibrated_decode", "combine", "decode_attention", "elementwise", "gemm_classes"]
 
@@ -83,7 +88,7 @@ def _dense_gemms(ctx: StepContext, head_rows_apart: bool) -> DenseGemms:
     head as a part of its own when it runs at its own rows."""
     inp, rates = ctx.inp, ctx.rates
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
-    bw, fmt = inp.rack.accelerator.hbm_bandwidth_bytes_per_s, prec.compute
+    bw, fmt = inp.rack.accelerator.hbm_bandwidth_bytes_per_s, matmul_format(prec.compute, prec.weights)
     curve, bf16 = rates.gemm_curve(_gemm_format(ctx, str(fmt))), rates.gemm_curve("bf16")
     peak, peak_bf16, b_bf16 = _peak(ctx, fmt), _peak(ctx, FlopsFormat.BF16), bytes_per_value(Precision.BF16)
     parts = []
@@ -150,18 +155,33 @@ def _attention(ctx: StepContext) -> tuple:
 
 def decode_attention(ctx: StepContext, per_rank: np.ndarray, queries: float = 1.0) -> KernelTime:
     """Decode attention of a stage's layers over the mean context (input + output / 2), each layer at
-    its window, at the head configuration per rank; KV bytes as the cache holds them, read once for
-    the `queries` tokens of each sequence (speculative verification), whose query work counts as that
-    many sequences."""
+    its window, at the head configuration per rank; KV bytes as the cache holds them. With `queries`
+    tokens per sequence (speculative verification) the measured one-query time grows by the roofline's
+    `verified_attention_factor`: the cache is read once, the math grows with the queries."""
     inp = ctx.inp
     lay = inp.layout
     curve, heads, per_token, windows = ctx.shared(("decode attention",), lambda: (lay.pp, lay.tp, inp.input_tokens, inp.output_tokens),
                                                   lambda: _attention(ctx))
-    sequences = per_rank if queries == 1 else per_rank * queries
-    parts = [decode_attention_kernel(curve, sequences, length, heads, per_rank * length * per_token, layers,
+    parts = [decode_attention_kernel(curve, per_rank, length, heads, per_rank * length * per_token, layers,
                                      inp.rack.accelerator.hbm_bandwidth_bytes_per_s)
              for length, layers in windows]
-    return total_kernel_time(parts)
+    one = total_kernel_time(parts)
+    if queries == 1:
+        return one
+    factor = _verify_factor(ctx, heads.heads, per_token, queries)
+    return one._replace(compute_s=one.compute_s + (factor - 1) * (one.compute_s + one.memory_s))
+
+
+def _verify_factor(ctx: StepContext, heads_per_rank: float, kv_bytes_per_token: float, queries: float) -> float:
+    """`verified_attention_factor` of this deployment's decode attention: the absorbed attention FLOPs
+    of one query per context token on the rank's heads, against the bytes the rank's cache holds per
+    token, at the tensor-core rate of the cache's format (the format the attention kernels score in)."""
+    inp = ctx.inp
+    arch, accel = inp.arch, inp.rack.accelerator
+    flops = attention_flops_per_context_token(arch, absorbed=True) * heads_per_rank / arch.attention.n_heads
+    fmt = flops_format(inp.precisions.kv_cache)
+    rate = accel.achievable_flops_per_s(fmt if accel.dense_flops_per_s.get(fmt) else FlopsFormat.BF16)
+    return verified_attention_factor(flops, kv_bytes_per_token, rate, ctx.hbm_bytes_per_s, queries)
 
 
 def _elementwise_bytes(ctx: StepContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -234,7 +254,8 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
     tokens = tokens_rank * inp.expert_imbalance * lay.expert_tp
     local, remote = tokens * x.local, tokens * x.remote
     found: dict = {}  # both phases read their grids at these tokens
-    total = sum(all_to_all_kernel(curve, tokens_rank, x.key, local * per_copy, remote * per_copy, x.nic_bytes_per_s, ctx.st.n_moe_layers, found)
+    total = sum(all_to_all_kernel(curve, tokens_rank, x.key, local * per_copy, remote * per_copy, x.nic_bytes_per_s, ctx.st.n_moe_layers, found,
+                                  ctx.eff.latency_s)
                 for curve, per_copy in zip(x.curves, x.per_copy, strict=True))
     return total, x.curves[-1].spread
 
