@@ -11,7 +11,7 @@ command line starts fast):
     path = Path("problems/llama-3.1-70b-hgx-h100.yaml")  # from the repository root
     resolved = planner.resolve_problem(planner.load_problem(path), base_dir=path.parent)
     result = planner.solve(resolved)                # SolveResult: deployments, status, stats, explanation
-    record = planner.solve_record(result)           # the plan as `planner solve --json` writes it
+    record = planner.solve_record(result)           # the plan as `planner solve --json` writes it (planner.solve_plan: typed)
     planner.check_plan(resolved, record)            # independent check of a plan record: [] when it holds
     planner.export_plan(record, "sglang")           # launch script (json, vllm, sglang, trtllm, lws)
     planner.evaluate("llama-3.1-70b", "hgx-h100", batch=64, input_tokens=2048, output_tokens=256, tp=8)
@@ -22,7 +22,7 @@ README.md's "Python API" section shows more; tests/test_readme_example.py runs b
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["check_plan", "estimate", "evaluate", "export_plan", "load_problem", "resolve_problem", "solve", "solve_record"]
+__all__ = ["check_plan", "estimate", "evaluate", "export_plan", "load_problem", "resolve_problem", "solve", "solve_plan", "solve_record"]
 
 _HOME = {
     "check_plan": "planner.output.validate",
@@ -32,7 +32,8 @@ _HOME = {
     "load_problem": "planner.problem.schema",
     "resolve_problem": "planner.problem.resolve",
     "solve": "planner.solver.solve",
-    "solve_record": "planner.output.plan_report",
+    "solve_plan": "planner.output.plan_writer",
+    "solve_record": "planner.output.plan_writer",
 }
 
 

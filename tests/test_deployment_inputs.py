@@ -11,7 +11,7 @@ from planner.cli.estimate import estimate_inputs
 from planner.cli.parser import build_parser
 from planner.errors import PlannerInputError
 from planner.output import validate
-from planner.output.plan_report import solve_record
+from planner.output.plan_writer import solve_plan
 from planner.physics.inputs import DeploymentInputs
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import load_problem
@@ -47,7 +47,7 @@ def test_every_path_builds_the_same_inputs_for_one_deployment(name):
                        weights=spec.weights, kv_cache=spec.kv_cache, compute=spec.compute)
     cli = estimate_inputs(build_parser().parse_args(_estimate_args(path, chosen.layout, chosen.batch)))
     violations = []
-    checker = validate._inputs(resolved, solve_record(result)["deployments"][0], "deployments[0]", violations)
+    checker = validate._inputs(resolved, solve_plan(result).deployments[0], "deployments[0]", violations)
     assert violations == []
     for other in (quick, cli, checker):
         assert _differences(solver, other) == []

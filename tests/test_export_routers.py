@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from planner.output.export import SPREAD_ROUTER, build_launch, export_plan
 from planner.output.files import spread_router
 from planner.output.launch import HostRef
+from planner.output.plan import as_plan
 from planner.output.plan_report import solve_record
 
 
@@ -26,7 +27,7 @@ def test_every_replica_of_an_aggregated_workload_is_behind_one_router(solved_bun
     record = json.loads(json.dumps(solve_record(solved_bundled["llama-3.1-70b-hgx-h100"][1])))
     replicas = sum(d["replicas"] for d in record["deployments"])
     assert replicas > 1 and all(d.get("role", "aggregated") == "aggregated" for d in record["deployments"])
-    script = build_launch(record, engine)
+    script = build_launch(as_plan(record), engine)
     routers = [s for s in script.servers if s.deployment < 0]
     assert len(routers) == 1, [s.label for s in routers]  # today: none
     words = [_text(w) for w in routers[0].argv]
@@ -48,7 +49,7 @@ def test_one_replica_needs_no_router(solved_bundled):
     record = json.loads(json.dumps(solve_record(solved_bundled["llama-3.1-70b-hgx-h100"][1])))
     d = record["deployments"][0]
     record["deployments"] = [d | {"replicas": 1, "placement": [r for r in d["placement"] if r["replica"] == d["placement"][0]["replica"]]}]
-    assert not [s for s in build_launch(record, "vllm").servers if s.deployment < 0]
+    assert not [s for s in build_launch(as_plan(record), "vllm").servers if s.deployment < 0]
 
 
 def test_kubernetes_spreads_an_aggregated_workload_with_a_service_over_every_leader(solved_bundled):

@@ -14,6 +14,7 @@ from planner.model.catalog import load_model_specs
 from planner.output.engines import vendor_of
 from planner.output.export import SPREAD_ROUTER, VLLM_ROUTER, export_plan
 from planner.output.files import spread_router, vllm_pd_router
+from planner.output.plan import as_plan
 from planner.output.plan_report import solve_record
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -159,7 +160,7 @@ def test_every_bundled_export_starts_on_every_host(solved_bundled, stubs, tmp_pa
     started = 0
     for name, (_, result) in solved_bundled.items():
         record = solve_record(result)
-        vendors = {vendor_of(record, d["accelerator"]) for d in record["deployments"]}
+        vendors = {vendor_of(as_plan(record), d["accelerator"]) for d in record["deployments"]}
         if not vendors <= ({"NVIDIA"} if engine == "trtllm" else {"NVIDIA", "AMD"}):
             with pytest.raises(PlannerInputError):  # TensorRT-LLM off NVIDIA, or TPU / Trainium: refused by name
                 export_plan(record, engine)
@@ -372,7 +373,7 @@ def _check_imex(record: dict, docs: list[dict], servers: list[dict]) -> None:
     for d, lws in zip(record["deployments"], servers):
         rack = record["racks"][d["placement"][0]["accelerator"].rsplit("/", 1)[0]]
         hosts = d["accelerators_per_replica"] / rack["accelerators_per_host"]
-        wanted = hosts > 1 and rack["accelerators"] > rack["accelerators_per_host"] and vendor_of(record, d["accelerator"]) == "NVIDIA"
+        wanted = hosts > 1 and rack["accelerators"] > rack["accelerators_per_host"] and vendor_of(as_plan(record), d["accelerator"]) == "NVIDIA"
         template = lws["spec"]["leaderWorkerTemplate"]
         for pod in (template["workerTemplate"], template.get("leaderTemplate", template["workerTemplate"])):
             claims = pod["spec"].get("resourceClaims", [])
@@ -543,7 +544,7 @@ def test_every_command_of_every_host_and_pod_passes_the_recorded_tables(solved_b
     for name, (_, result) in solved_bundled.items():
         record = solve_record(result)
         try:
-            script = build_launch(record, engine)
+            script = build_launch(as_plan(record), engine)
         except PlannerInputError:  # refusals by name: tested above
             continue
         hosts = {h: f"10.1.{i // 250}.{i % 250 + 1}" for i, h in enumerate(script.hosts)}

@@ -1,17 +1,18 @@
 """What the commands share: output files, problem and plan arguments, the sweep progress bar."""
 
 import json
-import math
 from pathlib import Path
 
 from rich.console import Console
 
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
+from planner.output.plan import Plan
+from planner.output.plan_records import finite
 from planner.paths import data_dir
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import load_problem
 
-__all__ = ["Progress", "finite", "load_checked_plan", "load_plan", "plan_record", "problem_arg", "refuse_failing_plan", "resolve_problem_path", "resolved_from_plan", "write_json", "write_text"]
+__all__ = ["Progress", "finite", "load_checked_plan", "load_plan", "plan_from_document", "problem_arg", "refuse_failing_plan", "resolve_problem_path", "resolved_from_plan", "write_json", "write_text"]
 
 
 EXIT_OK, EXIT_INVALID_PLAN, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
@@ -28,19 +29,6 @@ def write_text(path: str, text: str, console: Console | None = None) -> None:
                                            "pass a file path in a writable directory")) from None
     if console is not None:
         console.print(f"wrote {path}", markup=False)
-
-
-def finite(value):
-    """`value` with every NaN or infinite number replaced by None, so that the JSON is standard
-    (JSON.parse rejects NaN and Infinity): null means "no finite value", e.g. the bandwidth of a
-    link a layout never uses."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
 
 
 def write_json(path: str, record: dict, console: Console | None = None) -> None:
@@ -95,47 +83,45 @@ class Progress:
         self.bar.update(self.task, completed=done, description=what)
 
 
-def load_plan(text: str) -> tuple[dict, Path]:
+def load_plan(text: str) -> tuple[Plan, Path]:
     """A plan JSON written by `planner solve --json`, checked for the fields every command needs."""
     from planner.errors import load_json_file
 
     path = Path(text)
     record = load_json_file(path, fix="pass the JSON written by `planner solve PROBLEM --json PATH`")
-    return plan_record(record, text), path
+    return plan_from_document(record, text), path
 
 
-def plan_record(record: object, text: str) -> dict:
-    """A plan document (already parsed) checked for the fields every command needs; `text` names it in messages."""
+def plan_from_document(record: object, text: str) -> Plan:
+    """A plan document (already parsed) validated as a `Plan` with at least one deployment; `text`
+    names it in messages."""
     if not isinstance(record, dict):
         raise PlannerInputError(InputIssue(text, "not a plan (the JSON is not an object)", "pass the JSON written by `planner solve --json`"))
     from planner.output.plan import parse_plan
 
-    # the structure every reader relies on, or the field and the fix; readers get the validated record, defaults filled in
-    record = parse_plan(record, text).model_dump(mode="json")
-    if not record.get("deployments"):
-        raise PlannerInputError(InputIssue(f"{text}: deployments", f"the plan has no deployments (status {record.get('status')})",
+    plan = parse_plan(record, text)  # the structure every reader relies on, or the field and the fix
+    if not plan.deployments:
+        raise PlannerInputError(InputIssue(f"{text}: deployments", f"the plan has no deployments (status {plan.status})",
                                            "solve a feasible problem first"))
-    return record
+    return plan
 
 
-def resolved_from_plan(record: dict, path: Path):
+def resolved_from_plan(plan: Plan, path: Path):
     from planner.problem.schema import parse_problem
 
-    if "problem_spec" not in record:
-        raise PlannerInputError(InputIssue(f"{path}: problem_spec", "missing", "re-solve the problem: plans embed their problem"))
-    base = path.parent / record["problem_dir"] if record.get("problem_dir") else path.parent  # relative to the plan file
-    return resolve_problem(parse_problem(record["problem_spec"], source=f"{path}: problem_spec"), base_dir=base, source=str(path))
+    base = path.parent / plan.problem_dir if plan.problem_dir else path.parent  # relative to the plan file
+    return resolve_problem(parse_problem(plan.problem_spec, source=f"{path}: problem_spec"), base_dir=base, source=str(path))
 
 
-def load_checked_plan(text: str) -> tuple[dict, Path]:
+def load_checked_plan(text: str) -> tuple[Plan, Path]:
     """A plan that passes the independent checker (HBM, limits, demand, racks, placement, expert
     maps re-derived from its embedded problem), for commands that act on it (`export`, `view`);
     a plan that fails is refused with its first problems, before anything is written."""
     from planner.output.validate import check_plan
 
-    record, path = load_plan(text)
-    refuse_failing_plan(check_plan(resolved_from_plan(record, path), record, placement=True), text)
-    return record, path
+    plan, path = load_plan(text)
+    refuse_failing_plan(check_plan(resolved_from_plan(plan, path), plan, placement=True), text)
+    return plan, path
 
 
 def refuse_failing_plan(violations: list, text: str) -> None:

@@ -27,7 +27,8 @@ __all__ = ["check_command", "export_command", "solve_command", "view_command"]
 
 
 def solve_command(args: argparse.Namespace, console: Console) -> int:
-    from planner.output.plan_report import render_solve, solve_record
+    from planner.output.plan import plan_document
+    from planner.output.plan_report import render_solve, solve_plan
     from planner.solver.solve import solve
 
     path = resolve_problem_path(args.problem)
@@ -40,21 +41,21 @@ def solve_command(args: argparse.Namespace, console: Console) -> int:
                        progress=lambda text: status.update(f"evaluating {text}"))
     render_solve(result, console)
     if args.json:
-        record = solve_record(result)
-        if record["problem_dir"] is not None:
-            record["problem_dir"] = os.path.relpath(Path(record["problem_dir"]).resolve(), Path(args.json).resolve().parent)
-        write_json(args.json, record, console)
+        plan = solve_plan(result)
+        if plan.problem_dir is not None:
+            plan = plan.model_copy(update={"problem_dir": os.path.relpath(Path(plan.problem_dir).resolve(), Path(args.json).resolve().parent)})
+        write_json(args.json, plan_document(plan), console)
     return EXIT_OK if result.has_plan else EXIT_INFEASIBLE
 
 
 def export_command(args: argparse.Namespace, console: Console) -> int:
     from planner.output.export import export_plan
 
-    record, path = load_checked_plan(args.plan)
+    plan, path = load_checked_plan(args.plan)
     if args.output and Path(args.output).resolve() == Path(path).resolve():
         raise PlannerInputError(InputIssue("-o", f"{args.output} is the plan being exported; writing there would replace it",
                                            "choose another output path, e.g. placement.json"))
-    text = export_plan(record, args.format or record["deployments"][0].get("engine", "trtllm"), engine=args.engine)
+    text = export_plan(plan, args.format or str(plan.engine), engine=args.engine)
     if args.output:
         write_text(args.output, text, console)
         if text.startswith("#!"):  # a launch script runs as ./launch.sh
@@ -67,12 +68,10 @@ def export_command(args: argparse.Namespace, console: Console) -> int:
 def check_command(args: argparse.Namespace, console: Console) -> int:
     from planner.output.validate import check_plan
 
-    record, path = load_plan(args.plan)
-    resolved = resolved_from_plan(record, path)
-    violations = check_plan(resolved, record, placement=True)
+    plan, path = load_plan(args.plan)
+    violations = check_plan(resolved_from_plan(plan, path), plan, placement=True)
     if not violations:
-        n = sum(len(d.get("placement", [])) for d in record["deployments"])
-        console.print(f"[green]valid[/green]: {len(record['deployments'])} deployments on {n} accelerators; HBM, latency limits, "
+        console.print(f"[green]valid[/green]: {len(plan.deployments)} deployments on {plan.placed_accelerators} accelerators; HBM, latency limits, "
                       "demand, racks, placement and expert maps re-derived from the problem and the step model")
         return EXIT_OK
     err = Console(stderr=True, width=140, highlight=False)
@@ -85,16 +84,16 @@ def check_command(args: argparse.Namespace, console: Console) -> int:
 def view_command(args: argparse.Namespace, console: Console) -> int:
     from planner.output.plan_view import render_placement
 
-    record, _ = load_checked_plan(args.plan)
-    render_placement(record, console, args.rack)
+    plan, _ = load_checked_plan(args.plan)
+    render_placement(plan, console, args.rack)
     if args.plot:
         from planner.output.placement_picture import placement_png, placement_svg
 
         if Path(args.plot).suffix.lower() == ".png":
-            placement_png(record, args.plot, args.colour_by, args.rack)
+            placement_png(plan, args.plot, args.colour_by, args.rack)
             console.print(f"wrote {args.plot}", markup=False)
         elif Path(args.plot).suffix.lower() == ".svg":
-            write_text(args.plot, placement_svg(record, args.colour_by, args.rack), console)
+            write_text(args.plot, placement_svg(plan, args.colour_by, args.rack), console)
         else:
             raise PlannerInputError(InputIssue("--plot", f"{args.plot}: unknown picture format", "end the file name in .svg or .png"))
     return EXIT_OK

@@ -23,6 +23,7 @@ from planner.errors import PlannerInputError
 from planner.model.catalog import ModelSpec, load_model_specs
 from planner.model.hf_config import load_hf_config
 from planner.output.launch import safe_file_name
+from planner.output.plan import Plan, PlanDeployment
 from planner.precision import Precision, bytes_per_value
 from planner.units import GB
 
@@ -58,27 +59,16 @@ class Checkpoint:
         return self.repo.startswith("/")
 
 
-def _model_ref(record: dict, d: dict) -> object:
-    """The problem's model entry that the deployment's workload serves (a catalog id, or a mapping)."""
-    problem = record.get("problem_spec") or {}
-    if problem.get("model") is not None:
-        return problem["model"]
-    models = problem.get("models") or {}
-    workload = next((w for w in problem.get("workloads", []) if w.get("name") == d["workload"]), {})
-    key = workload.get("model") or next(iter(models), None)
-    return models.get(key, d["model"])
-
-
 def _from_spec(spec: ModelSpec, named_by: str) -> ModelSource:
     return ModelSource(spec.serving_repo or spec.hf_repo, {str(k): v for k, v in spec.quantized_repos.items()},
                        spec.native_weights_precision.value, spec.trust_remote_code, spec.gated, named_by, spec.model_type)
 
 
-def _from_config_json(record: dict, ref: dict) -> ModelSource:
+def _from_config_json(plan: Plan, ref: dict) -> ModelSource:
     native, remote_code, model_type = None, False, None
     path = Path(ref["config_json"])
     try:  # the plan's problem directory, as the engine-mismatch NOTE resolves it
-        imported = load_hf_config(path if path.is_absolute() else Path(record.get("problem_dir") or ".") / path, ref.get("id"))
+        imported = load_hf_config(path if path.is_absolute() else Path(plan.problem_dir or ".") / path, ref.get("id"))
         native, remote_code, model_type = imported.native_weights_precision.value, imported.trust_remote_code, imported.model_type
     except (PlannerInputError, OSError):
         pass
@@ -88,44 +78,44 @@ def _from_config_json(record: dict, ref: dict) -> ModelSource:
                        model_type)
 
 
-def model_source(record: dict, d: dict) -> ModelSource:
+def model_source(plan: Plan, d: PlanDeployment) -> ModelSource:
     """Where the deployment's model is named: the problem's own entry first, then the catalog."""
-    ref = _model_ref(record, d)
+    ref = plan.model_entry(d)
     if isinstance(ref, dict) and "inline" in ref:
         return _from_spec(ModelSpec.model_validate(ref["inline"]), "the problem's inline model")
     if isinstance(ref, dict) and "config_json" in ref:
-        return _from_config_json(record, ref)
+        return _from_config_json(plan, ref)
     spec = load_model_specs().get(ref["catalog"] if isinstance(ref, dict) else str(ref))
     return _from_spec(spec, "the model catalog") if spec else ModelSource(None, named_by="nothing")
 
 
-def checkpoint(record: dict, d: dict) -> Checkpoint:
+def checkpoint(plan: Plan, d: PlanDeployment) -> Checkpoint:
     """The repository to serve: a pre-quantized one for the plan's weight format when one is named, else
     the native checkpoint (quantized at load time when the format differs), else `/models/<id>`."""
-    source = model_source(record, d)
-    weights = d["precisions"]["weights"]
+    source = model_source(plan, d)
+    weights = str(d.precisions.weights)
     native = source.native_weights or weights
     quantized = source.quantized_repos.get(weights) if weights != native else None
-    repo = quantized or source.repo or f"{LOCAL_MODELS_DIR}/{safe_file_name(d['model'])}"
+    repo = quantized or source.repo or f"{LOCAL_MODELS_DIR}/{safe_file_name(d.model)}"
     online = None if weights == native or quantized else weights
     return Checkpoint(repo, online, source.trust_remote_code, source.gated and not repo.startswith("/"), native)
 
 
-def checkpoint_notes(d: dict, index: int, ckpt: Checkpoint, engine: str) -> list[str]:
+def checkpoint_notes(d: PlanDeployment, index: int, ckpt: Checkpoint, engine: str) -> list[str]:
     """NOTEs on the checkpoint: a local path to fill, and vLLM quantizing at load time where the full-precision
     weights do not fit in HBM first (SGLang's `--load-format layered` quantizes layer by layer and needs no
     such room; TensorRT-LLM does not quantize at load time and says so itself)."""
     notes = []
     if ckpt.local:
-        notes.append(f"deployment {index}: no repository is named for model {d['model']}; the engines load {ckpt.repo}: put the "
+        notes.append(f"deployment {index}: no repository is named for model {d.model}; the engines load {ckpt.repo}: put the "
                      "checkpoint there on every host (or mount it in the pods), or name hf_repo beside the model in the problem")
     if ckpt.online_quantization is None or engine != "vllm" or ckpt.native_weights is None:
         return notes
-    memory = d["memory_bytes_per_accelerator"]
+    memory = d.memory_bytes_per_accelerator
     ratio = bytes_per_value(Precision(ckpt.native_weights)) / bytes_per_value(Precision(ckpt.online_quantization))
-    loading = memory["weights"] * ratio
-    if loading > memory["capacity"]:
+    loading = memory.weights * ratio
+    if loading > memory.capacity:
         notes.append(f"deployment {index}: {engine} loads {ckpt.repo} in {ckpt.native_weights} before quantizing to "
                      f"{ckpt.online_quantization}: {loading / GB:.0f} GB of weights per accelerator against "
-                     f"{memory['capacity'] / GB:.0f} GB; serve a pre-quantized {ckpt.online_quantization} checkpoint instead")
+                     f"{memory.capacity / GB:.0f} GB; serve a pre-quantized {ckpt.online_quantization} checkpoint instead")
     return notes

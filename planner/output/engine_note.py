@@ -7,7 +7,7 @@ what to expect, and how to size the fleet for that engine instead."""
 from pathlib import Path
 
 from planner.errors import PlannerInputError
-from planner.modes import Engine
+from planner.output.plan import Plan
 from planner.output.validate import deployment_inputs_of
 from planner.physics.estimate import estimate
 from planner.problem.resolve import resolve_problem
@@ -17,18 +17,14 @@ from planner.units import MS
 __all__ = ["engine_mismatch_notes"]
 
 
-def plan_engine(record: dict, d: dict) -> str:
-    return str(d.get("engine") or record.get("problem_spec", {}).get("engine") or Engine.TRTLLM.value)
-
-
-def _figures(record: dict, engine: str) -> dict[int, tuple[float, float]]:
+def _figures(plan: Plan, engine: str) -> dict[int, tuple[float, float]]:
     """TPOT and TTFT (s) of every deployment with `engine`'s kernel rates; empty when the plan's problem
     cannot be re-resolved here (a profile file next to the problem, an engine without rates for it)."""
-    spec = {**record["problem_spec"], "engine": engine}
+    spec = {**plan.problem_spec, "engine": engine}
     try:
-        resolved = resolve_problem(parse_problem(spec), base_dir=Path(record.get("problem_dir") or "."))
+        resolved = resolve_problem(parse_problem(spec), base_dir=Path(plan.problem_dir or "."))
         out = {}
-        for i, d in enumerate(record["deployments"]):
+        for i, d in enumerate(plan.deployments):
             inp = deployment_inputs_of(resolved, d, f"deployments[{i}]", [])
             if inp is not None:
                 e = estimate(inp)
@@ -38,18 +34,18 @@ def _figures(record: dict, engine: str) -> dict[int, tuple[float, float]]:
         return {}
 
 
-def engine_mismatch_notes(record: dict, engine: str) -> list[str]:
+def engine_mismatch_notes(plan: Plan, engine: str) -> list[str]:
     """One NOTE per deployment planned for another engine than `engine`."""
-    others = [i for i, d in enumerate(record["deployments"]) if plan_engine(record, d) != engine]
+    others = [i for i, d in enumerate(plan.deployments) if d.engine != engine]
     if not others:
         return []
-    figures = _figures(record, engine)
+    figures = _figures(plan, engine)
     notes = []
     for i in others:
-        d, planned = record["deployments"][i], plan_engine(record, record["deployments"][i])
-        text = f"deployment {i} was sized with {planned}'s measured kernel rates"
-        if "tpot_s" in d and "ttft_s" in d:
-            text += f" (TPOT {d['tpot_s'] / MS:.4g} ms, TTFT {d['ttft_s'] / MS:.4g} ms)"
+        d = plan.deployments[i]
+        text = f"deployment {i} was sized with {d.engine}'s measured kernel rates"
+        if d.tpot_s is not None and d.ttft_s is not None:
+            text += f" (TPOT {d.tpot_s / MS:.4g} ms, TTFT {d.ttft_s / MS:.4g} ms)"
         if i in figures:
             tpot_s, ttft_s = figures[i]
             text += f"; with {engine}'s the planner gives TPOT {tpot_s / MS:.4g} ms, TTFT {ttft_s / MS:.4g} ms for the same layout"

@@ -36,6 +36,7 @@ from planner.output.k8s_pods import (
     pod_template,
 )
 from planner.output.launch import HostRef, LaunchScript, RankRef, Server, Word
+from planner.output.plan import Plan, PlanDeployment
 
 __all__ = ["group_endpoints", "manifests_text"]
 
@@ -94,25 +95,24 @@ def _groups(script: LaunchScript) -> dict[int, list[list[Server]]]:
     return by_deployment
 
 
-def _names(record: dict, engine: str) -> tuple[str, dict[int, str]]:
+def _names(plan: Plan, engine: str) -> tuple[str, dict[int, str]]:
     """The plan's name (labels, the ConfigMap) and each deployment's LeaderWorkerSet name; each is cut
     from the whole text (problem, engine, deployment index, workload), so distinct texts stay distinct."""
-    problem = str(record.get("problem", "plan"))
-    base = k8s_name(f"{problem}-{engine}")
-    return base, {i: k8s_name(f"{problem}-{engine}", f"{i}-{d['workload']}") for i, d in enumerate(record["deployments"])}
+    base = k8s_name(f"{plan.problem}-{engine}")
+    return base, {i: k8s_name(f"{plan.problem}-{engine}", f"{i}-{d.workload}") for i, d in enumerate(plan.deployments)}
 
 
-def group_endpoints(record: dict, script: LaunchScript, engine: str) -> dict[tuple[str, str], list[tuple[str, int, int | None]]]:
+def group_endpoints(plan: Plan, script: LaunchScript, engine: str) -> dict[tuple[str, str], list[tuple[str, int, int | None]]]:
     """(workload, role) -> (leader DNS name, port, bootstrap port) of every group: every group runs the
     first replica's command, so its ports; the DNS name stands in for a host."""
-    _, names = _names(record, engine)
+    _, names = _names(plan, engine)
     out: dict[tuple[str, str], list[tuple[str, int, int | None]]] = {}
     for index, groups in sorted(_groups(script).items()):
-        d, leader = record["deployments"][index], groups[0][0]
+        d, leader = plan.deployments[index], groups[0][0]
         flat = ["".join(p for p in w if isinstance(p, str)) for w in leader.argv]
         bootstrap = int(flat[flat.index("--disaggregation-bootstrap-port") + 1]) if "--disaggregation-bootstrap-port" in flat else None
         for g in range(len(groups)):
-            out.setdefault((d["workload"], d.get("role", "aggregated")), []).append((f"{names[index]}-{g}.{names[index]}", leader.port, bootstrap))
+            out.setdefault((d.workload, d.role), []).append((f"{names[index]}-{g}.{names[index]}", leader.port, bootstrap))
     return out
 
 
@@ -167,11 +167,11 @@ def _leader_worker_set(name: str, labels: dict, groups: list[list[Server]], need
             "spec": {"replicas": len(groups), "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": template}}
 
 
-def _nvlink_across_hosts(record: dict, d: dict) -> bool:
+def _nvlink_across_hosts(plan: Plan, d: PlanDeployment) -> bool:
     """Whether the deployment's rack joins several hosts in one NVLink domain (GB200 NVL72: 18 trays of 4)."""
-    rack = d["placement"][0]["accelerator"].rsplit("/", 1)[0]
-    info = (record.get("racks") or {}).get(rack, {})
-    return vendor_of(record, d["accelerator"]) == "NVIDIA" and int(info.get("accelerators", 0)) > host_size(record, rack)
+    rack = d.placement[0].accelerator.rsplit("/", 1)[0]
+    info = plan.racks.get(rack)
+    return vendor_of(plan, d.accelerator) == "NVIDIA" and (info.accelerators if info else 0) > host_size(plan, rack)
 
 
 def _service(name: str, base: str, workload_label: str, port: int) -> dict:
@@ -181,23 +181,23 @@ def _service(name: str, base: str, workload_label: str, port: int) -> dict:
             "spec": {"selector": selector, "ports": [{"name": "http", "port": port, "targetPort": "http"}]}}
 
 
-def _server_docs(record: dict, script: LaunchScript, engine: str, vendors: dict[int, str], configmap: str, routed: set[str]) -> list[dict]:
+def _server_docs(plan: Plan, script: LaunchScript, engine: str, vendors: dict[int, str], configmap: str, routed: set[str]) -> list[dict]:
     """Per deployment its LeaderWorkerSet, and a ComputeDomain before it where its groups span NVLink trays."""
-    base, names = _names(record, engine)
-    problem, docs = str(record.get("problem", "plan")), []
+    base, names = _names(plan, engine)
+    problem, docs = plan.problem, []
     for index, groups in sorted(_groups(script).items()):
-        d, first = record["deployments"][index], groups[0]
+        d, first = plan.deployments[index], groups[0]
         if engine == "trtllm" and first[0].argv[0] == ("mpirun",):
             raise PlannerInputError(InputIssue(f"deployments[{index}]", "a TensorRT-LLM replica over several hosts starts with mpirun, "
                                                "which needs an MPI launcher between pods", "export --format trtllm (scripts) or use sglang or vllm"))
         claim = None
-        if len(first) > 1 and _nvlink_across_hosts(record, d):
+        if len(first) > 1 and _nvlink_across_hosts(plan, d):
             claim = k8s_name(f"{problem}-{engine}", f"{index}-imex-channel")
             docs.append(compute_domain(k8s_name(f"{problem}-{engine}", f"{index}-imex"), claim, {"app.kubernetes.io/part-of": base}))
-        ckpt = checkpoint(record, d)
+        ckpt = checkpoint(plan, d)
         needs = PodNeeds(IMAGES.get((engine, vendors[index]), IMAGES[(engine, "NVIDIA")]), vendors[index],
-                         d["accelerators_per_replica"] // len(first), configmap, ckpt.repo, claim, ckpt.gated)
-        serving = None if d["workload"] in routed else {"app.kubernetes.io/part-of": base, WORKLOAD_LABEL: _workload_label(d["workload"])}
+                         d.accelerators_per_replica // len(first), configmap, ckpt.repo, claim, ckpt.gated)
+        serving = None if d.workload in routed else {"app.kubernetes.io/part-of": base, WORKLOAD_LABEL: _workload_label(d.workload)}
         docs.append(_leader_worker_set(names[index], {"app.kubernetes.io/part-of": base, "app.kubernetes.io/component": "server"},
                                        groups, needs, serving))
     return docs
@@ -207,17 +207,17 @@ def _workload_label(workload: str) -> str:
     return k8s_name(workload, limit=63)
 
 
-def manifests_text(record: dict, script: LaunchScript, engine: str, vendors: dict[int, str]) -> str:
+def manifests_text(plan: Plan, script: LaunchScript, engine: str, vendors: dict[int, str]) -> str:
     """Multi-document YAML: a ConfigMap with the files, per deployment a LeaderWorkerSet (and a ComputeDomain
     for groups across NVLink trays), a router LeaderWorkerSet per disaggregated workload, a Service per workload."""
-    base, _ = _names(record, engine)
-    problem = str(record.get("problem", "plan"))
+    base, _ = _names(plan, engine)
+    problem = plan.problem
     configmap = k8s_name(f"{problem}-{engine}", "files")
     docs: list[dict] = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": configmap, "labels": {"app.kubernetes.io/part-of": base}},
                          "data": dict(script.files)}]
     routers = [s for s in script.servers if s.deployment < 0]
     routed = {s.label.removeprefix("router-") for s in routers}
-    docs += _server_docs(record, script, engine, vendors, configmap, routed)
+    docs += _server_docs(plan, script, engine, vendors, configmap, routed)
     leaders = {e[0]: e[0] for endpoints in script.endpoints.values() for e in endpoints}  # router endpoints are DNS names already
     for file_name, rows in script.generated_files.items():  # router configs: hosts by their leaders' DNS names
         docs[0]["data"][file_name] = "\n".join("".join(leaders[p.host] if isinstance(p, HostRef) else str(p) for p in row) for row in rows)
@@ -230,7 +230,7 @@ def manifests_text(record: dict, script: LaunchScript, engine: str, vendors: dic
                      "metadata": {"name": k8s_name(f"{problem}-{engine}", server.label),
                                   "labels": {"app.kubernetes.io/part-of": base, "app.kubernetes.io/component": "router"}},
                      "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 1, "workerTemplate": router}}})
-    for workload in dict.fromkeys(d["workload"] for d in record["deployments"]):
+    for workload in dict.fromkeys(d.workload for d in plan.deployments):
         docs.append(_service(k8s_name(f"{problem}-{engine}", f"svc-{workload}"), base, _workload_label(workload), API_PORT))
     return "\n".join(_header(script)) + "\n" + yaml.safe_dump_all(docs, sort_keys=False, width=1 << 16)
 

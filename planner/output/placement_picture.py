@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
+from planner.modes import ServingRole
+from planner.output.plan import Plan
+
 __all__ = ["COLOUR_BY", "Box", "placement_boxes", "placement_png", "placement_svg"]
 
 COLOUR_BY = ("replica", "stage", "expert")
@@ -15,6 +18,7 @@ COLOUR_BY = ("replica", "stage", "expert")
 PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
            "#86bcb6", "#d37295"]
 IDLE, BROKEN = "#f4f4f4", "#444444"
+POOL_MARK = {ServingRole.PREFILL: " P", ServingRole.DECODE: " D", ServingRole.AGGREGATED: ""}
 CELL_W, CELL_H, GAP, HOSTS_PER_COLUMN, TITLE_H, MARGIN, TEXT_W = 62, 34, 3, 9, 20, 10, 7.0  # pixels; TEXT_W: a 13 px character
 
 
@@ -31,53 +35,53 @@ class Box:
     title: str = ""
 
 
-def _cells(record: dict, colour_by: str) -> dict[str, tuple[str, str, str]]:
+def _cells(plan: Plan, colour_by: str) -> dict[str, tuple[str, str, str]]:
     """accelerator -> (fill, label, tooltip). Deployments are numbered from 1 (the legend's numbers);
     each (deployment, replica) or (deployment, stage) takes the next palette colour in turn."""
     cells, groups = {}, {}
-    for i, d in enumerate(record["deployments"]):
-        kind = {"prefill": " P", "decode": " D"}.get(d.get("role", "aggregated"), "")
-        for role in d.get("placement", []):
-            expert = role.get("ep_rank")
+    for i, d in enumerate(plan.deployments):
+        kind = POOL_MARK[d.role]
+        for role in d.placement:
+            expert = role.ep_rank
             if colour_by == "expert" and expert is not None:
-                fill = f"hsl({360.0 * expert / max(d['ep'], 1):.0f},65%,55%)"
+                fill = f"hsl({360.0 * expert / max(d.ep, 1):.0f},65%,55%)"
             else:
-                key = (i, role["stage"] if colour_by == "stage" else role["replica"])
+                key = (i, role.stage if colour_by == "stage" else role.replica)
                 fill = PALETTE[groups.setdefault(key, len(groups)) % len(PALETTE)]
-            label = f"{i + 1}:{d['workload'][:7]}{kind}\nr{role['replica']} s{role['stage']}" + (f" e{expert}" if expert is not None else "")
-            tip = (f"{role['accelerator']}: deployment {i + 1}, {d['workload']} {d.get('role', 'aggregated')}, replica {role['replica']}, "
-                   f"stage {role['stage']} (layers {role['layers'][0]}-{role['layers'][1] - 1}), tp rank {role['tp_rank']}, "
-                   f"dp rank {role['dp_rank']}" + (f", expert rank {expert}" if expert is not None else ""))
-            cells[role["accelerator"]] = (fill, label, tip)
+            label = f"{i + 1}:{d.workload[:7]}{kind}\nr{role.replica} s{role.stage}" + (f" e{expert}" if expert is not None else "")
+            tip = (f"{role.accelerator}: deployment {i + 1}, {d.workload} {d.role}, replica {role.replica}, "
+                   f"stage {role.stage} (layers {role.layers[0]}-{role.layers[1] - 1}), tp rank {role.tp_rank}, "
+                   f"dp rank {role.dp_rank}" + (f", expert rank {expert}" if expert is not None else ""))
+            cells[role.accelerator] = (fill, label, tip)
     return cells
 
 
-def _legend(record: dict, colour_by: str) -> list[str]:
+def _legend(plan: Plan, colour_by: str) -> list[str]:
     return [f"colour: {colour_by}; cells: deployment:workload (P prefill, D decode pool), replica r, stage s, expert rank e"] + \
-        [f"{i + 1}: {d['workload']}{'' if d.get('role', 'aggregated') == 'aggregated' else ' ' + d['role']}, {d['replicas']} x "
-         f"TP{d['tp']} DPattn{d['dp_attn']} EP{d['ep']} PP{d['pp']} on {d['rack']}" for i, d in enumerate(record["deployments"])]
+        [f"{i + 1}: {d.workload}{'' if d.role is ServingRole.AGGREGATED else f' {d.role}'}, {d.replicas} x "
+         f"TP{d.tp} DPattn{d.dp_attn} EP{d.ep} PP{d.pp} on {d.rack}" for i, d in enumerate(plan.deployments)]
 
 
-def placement_boxes(record: dict, colour_by: str = "replica", rack_filter: str | None = None) -> tuple[list[Box], float, float]:
+def placement_boxes(plan: Plan, colour_by: str = "replica", rack_filter: str | None = None) -> tuple[list[Box], float, float]:
     """The boxes of the picture and its width and height (only the rack instance or type `rack_filter`
     when given). Racks with nothing placed are summed up in one line at the end."""
-    cells = _cells(record, colour_by)
+    cells = _cells(plan, colour_by)
     boxes: list[Box] = []
     y, width, idle = MARGIN, 600.0, []
-    for line in _legend(record, colour_by):
+    for line in _legend(plan, colour_by):
         boxes.append(Box(MARGIN, y, 0, TITLE_H, None, line))
         width, y = max(width, MARGIN + TEXT_W * len(line)), y + TITLE_H
-    for name, info in (record.get("racks") or {}).items():
+    for name, info in plan.racks.items():
         if rack_filter and rack_filter not in (name, name.split("#")[0]):
             continue
-        size, host = info["accelerators"], max(1, min(info.get("accelerators_per_host") or info["accelerators"], info["accelerators"]))
+        size, host = info.accelerators, max(1, min(info.accelerators_per_host, info.accelerators))
         used = sum(1 for k in range(size) if f"{name}/{k}" in cells)
         if not used:
             idle.append(name)
             continue
         boxes.append(Box(MARGIN, y, 0, TITLE_H, None, f"{name}: {used}/{size} accelerators in use"))
         y += TITLE_H
-        broken = set(info.get("unavailable", []))
+        broken = set(info.unavailable)
         for k in range(size):
             h_index, slot = divmod(k, host)
             column, row = divmod(h_index, HOSTS_PER_COLUMN)
@@ -93,9 +97,9 @@ def placement_boxes(record: dict, colour_by: str = "replica", rack_filter: str |
     return boxes, width, y + MARGIN
 
 
-def placement_svg(record: dict, colour_by: str = "replica", rack_filter: str | None = None) -> str:
+def placement_svg(plan: Plan, colour_by: str = "replica", rack_filter: str | None = None) -> str:
     """The placement as a standalone SVG document."""
-    boxes, width, height = placement_boxes(record, colour_by, rack_filter)
+    boxes, width, height = placement_boxes(plan, colour_by, rack_filter)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
              'font-family="sans-serif" class="placement">', f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>']
     for b in boxes:
@@ -121,7 +125,7 @@ def _matplotlib_colour(fill: str) -> object:
     return fill
 
 
-def placement_png(record: dict, path: str | Path, colour_by: str = "replica", rack_filter: str | None = None) -> Path:
+def placement_png(plan: Plan, path: str | Path, colour_by: str = "replica", rack_filter: str | None = None) -> Path:
     """The same boxes drawn with matplotlib (Agg) into a PNG."""
     import matplotlib
 
@@ -129,7 +133,7 @@ def placement_png(record: dict, path: str | Path, colour_by: str = "replica", ra
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    boxes, width, height = placement_boxes(record, colour_by, rack_filter)
+    boxes, width, height = placement_boxes(plan, colour_by, rack_filter)
     dpi = 100
     fig = plt.figure(figsize=(width / dpi, height / dpi), dpi=dpi)
     ax = fig.add_axes((0, 0, 1, 1))

@@ -1,121 +1,55 @@
 """The plan file `planner solve --json` writes, as a pydantic model with its JSON Schema
-(`planner schema --plan`). `check`, `export` and `view` load plans through it, so that a plan from
-another version or a hand edit that breaks its structure is refused with the field and the fix
-instead of failing deep inside a reader.
+(`planner schema --plan`). The writer (`planner.output.plan_report.solve_plan`) builds a `Plan`;
+`check`, `export`, `view` and the HTTP service load plan files through `parse_plan`, so that a plan
+from another version or a hand edit that breaks its structure is refused with the field and the fix
+instead of failing deep inside a reader, and every reader takes the typed `Plan`: no reader looks a
+plan field up by its name in a dict.
 
-The fields every reader relies on are typed here; a deployment's figures (latencies, throughputs,
-costs and their ranges, step terms, memory) are kept as written, since `check` recomputes them.
+Every field the writer writes is declared, in the order it writes them, so that a plan read back
+and written again is the same bytes (`plan_document`); a deployment's figures (latencies,
+throughputs, costs and their ranges, step terms, memory) are kept as written, since `check`
+recomputes them.
 """
 
-import re
 from dataclasses import replace
 from typing import Annotated, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    NonNegativeInt,
-    PositiveInt,
-    ValidationError,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.errors import InputIssue, PlannerInputError, issues_from_validation_error
 from planner.limits import (
     MAX_BATCH_PER_REPLICA,
-    MAX_DRAFT_TOKENS,
     MAX_INPUT_TOKENS,
     MAX_OUTPUT_TOKENS,
     MAX_PARALLEL_DEGREE,
     MAX_REPLICAS,
 )
 from planner.modes import Engine, ServingRole
-from planner.precision import FlopsFormat, Precision
+from planner.output.plan_records import (
+    Degree,
+    ExpertMap,
+    FleetRecord,
+    HandoffRecord,
+    MemoryRecord,
+    Number,
+    PlacedAccelerator,
+    PlanPrecisions,
+    RackInstance,
+    RackInstanceName,
+    ServedRecord,
+    SolverRecord,
+    SpeculativeRecord,
+    finite,
+)
+from planner.physics.deployment import Layout
 
-__all__ = ["PLAN_FORMAT", "PLAN_FORMAT_VERSION", "Plan", "parse_plan", "plan_json_schema"]
+__all__ = ["PLAN_FORMAT", "PLAN_FORMAT_VERSION", "Plan", "PlanDeployment", "as_plan", "parse_plan", "plan_document", "plan_json_schema"]
 
 PLAN_FORMAT = "llm-deployment-plan"
 PLAN_FORMAT_VERSION = 1
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-Degree = Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE, strict=True)]  # strict: `true` is not 1
-RACK_INSTANCE = re.compile(r"^[^#/\s]+#[0-9]+$")
-ACCELERATOR_NODE = re.compile(r"^[^#/\s]+#[0-9]+/[0-9]+$")
-
-
-def _named(pattern: re.Pattern, form: str, example: str):
-    def check(value: str) -> str:
-        if not pattern.match(value):
-            raise ValueError(f"{value!r} is not of the form {form}\n    fix: write it as {form}, e.g. {example!r} "
-                             "(the instance and index count from 0), or re-solve the problem")
-        return value
-    return AfterValidator(check)
-
-
-RackInstanceName = Annotated[str, _named(RACK_INSTANCE, "'<rack-id>#<instance>'", "hgx-h100#0")]
-AcceleratorNode = Annotated[str, _named(ACCELERATOR_NODE, "'<rack-id>#<instance>/<index>'", "hgx-h100#0/5")]
-
-
-class PlacedAccelerator(_Strict):
-    """One accelerator of a deployment: where it is and which ranks it holds."""
-
-    accelerator: AcceleratorNode = Field(description="graph node, '<rack-id>#<instance>/<index>'")
-    rack: RackInstanceName = Field(description="rack instance, '<rack-id>#<instance>'")
-    replica: NonNegativeInt
-    stage: NonNegativeInt
-    layers: tuple[NonNegativeInt, NonNegativeInt] = Field(description="[first, last + 1) layers of its pipeline stage")
-    tp_rank: NonNegativeInt
-    dp_rank: NonNegativeInt
-    ep_rank: NonNegativeInt | None = Field(description="expert-parallel rank; null only without expert parallelism (ep 1)")
-    expert_tp_rank: NonNegativeInt | None = None
-
-
-class ExpertLayer(_Strict):
-    layer: NonNegativeInt
-    max_load: float
-    mean_load: float
-    lower_bound: float
-    moves: NonNegativeInt | None = None  # None without a previous plan to move from
-
-
-class ExpertMap(_Strict):
-    """Which logical expert every physical slot of every layer holds."""
-
-    n_ranks: PositiveInt
-    slots_per_rank: PositiveInt
-    n_logical_experts: PositiveInt
-    method: str
-    profile: str
-    imbalance: float
-    worst_gap_to_bound: float
-    layers_proven_optimal: NonNegativeInt
-    moves: NonNegativeInt | None = None
-    layers: list[ExpertLayer]
-    physical_to_logical_map: list[list[NonNegativeInt]]
-
-
-class PlanPrecisions(_Strict):
-    """The number formats a deployment runs: every one is needed by `check` and by each exporter."""
-
-    weights: Precision
-    expert_weights: Precision
-    kv_cache: Precision
-    activations: Precision
-    compute: FlopsFormat
-
-
-class SpeculativeRecord(BaseModel):
-    """A deployment's speculative decoding (its figures are kept as written; `check` recomputes them)."""
-
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
-
-    method: Literal["mtp"]
-    draft_tokens: Annotated[int, Field(ge=0, le=MAX_DRAFT_TOKENS, strict=True)]
+Figure = Number | None  # a figure `check` recomputes, kept as written (null where no finite value exists)
+Range = list[Figure] | None  # [p10, p90] of the figure beside it
 
 
 class PlanDeployment(BaseModel):
@@ -127,53 +61,169 @@ class PlanDeployment(BaseModel):
     model: str = Field(min_length=1)
     rack: str = Field(min_length=1)
     accelerator: str = Field(min_length=1)
-    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS, strict=True)]
     tp: Degree
     ep: Degree
     pp: Degree
     dp_attn: Degree
     expert_tp: Degree = 1
     micro_batches: Annotated[int, Field(ge=1, le=MAX_BATCH_PER_REPLICA)] = 1
-    accelerators_per_replica: Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE, strict=True)]
+    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS, strict=True)]
     batch_per_replica: Annotated[int, Field(ge=1, le=MAX_BATCH_PER_REPLICA, strict=True)]
+    groups_span_domains: bool | None = None
+    accelerators: int | None = Field(default=None, description="replicas x accelerators_per_replica")
+    accelerators_per_replica: Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE, strict=True)]
+    output_tokens_per_s: Figure = None
+    input_tokens_per_s: Figure = None
+    usd_per_hour: Figure = None
+    usd_per_million_output_tokens_all_in: Figure = None
+    batch_limit: str | None = None
+    kv_tier: str | None = Field(default=None, description="where the prompt cache waits (null: no prompt cache)")
+    prompt_cache_storage_usd_per_hour: Figure = None
+    kv_handoff_bytes_per_request: Figure = None
+    kv_handoff_bytes_per_s_per_replica: Figure = None
+    engine: Engine = Engine.TRTLLM
+    step_model: str | None = None
+    kernel_source: str | None = None
     input_tokens: Annotated[int, Field(ge=1, le=MAX_INPUT_TOKENS, strict=True)] = Field(description="prompt tokens per request")
     output_tokens: Annotated[int, Field(ge=1, le=MAX_OUTPUT_TOKENS, strict=True)] = Field(description="output tokens per request")
-    role: ServingRole = ServingRole.AGGREGATED
-    engine: Engine = Engine.TRTLLM
     precisions: PlanPrecisions
+    role: ServingRole = ServingRole.AGGREGATED
+    speculative: SpeculativeRecord | None = None
+    tpot_s: Figure = None
+    tpot_s_range: Range = None
+    ttft_s: Figure = None
+    ttft_s_range: Range = None
+    ttft_p90_s: Figure = None
+    prefill_latency_s: Figure = None
+    queue_wait_s: Figure = None
+    cache_hit_latency_s: Figure = None
+    output_tokens_per_s_per_replica: Figure = None
+    output_tokens_per_s_per_accelerator: Figure = None
+    output_tokens_per_s_per_accelerator_range: Range = None
+    input_tokens_per_s_per_replica: Figure = None
+    input_tokens_per_s_per_replica_range: Range = None
+    decode_only_tokens_per_s_per_replica: Figure = None
+    decode_only_tokens_per_s_per_replica_range: Range = None
+    prefill_only_tokens_per_s_per_replica: Figure = None
+    prefill_only_tokens_per_s_per_replica_range: Range = None
+    prefill_tokens_per_step: Figure = None
+    prompt_cache: dict | None = None
+    requests_per_s_per_replica: Figure = None
+    usd_per_hour_per_replica: Figure = None
+    usd_per_million_output_tokens: Figure = None
+    usd_per_million_output_tokens_range: Range = None
+    usd_per_million_output_tokens_decode_only: Figure = None
+    usd_per_million_input_tokens: Figure = None
+    usd_per_request: Figure = None
+    step_time_s: dict | None = None
+    decode_only_step_time_s: dict | None = None
+    dominant_term: str | None = None
+    bound: str | None = None
+    prefill_chunk_step_time_s: dict | None = None
+    roofline: dict | None = None
+    memory_bytes_per_accelerator: MemoryRecord | None = None
+    hbm_fill_fraction: Figure = None
+    fits_hbm: bool | None = None
+    expert_touch_fraction: Figure = None
+    links: dict | None = None
+    assumptions: list | None = None
     placement: list[PlacedAccelerator] = []
     expert_map: ExpertMap | None = None
-    speculative: SpeculativeRecord | None = None
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(tp=self.tp, ep=self.ep, pp=self.pp, dp_attn=self.dp_attn)
+
+    @property
+    def stage_size(self) -> int:
+        """Accelerators of one pipeline stage (tp x dp_attn)."""
+        return self.layout.stage_size
+
+    @property
+    def expected_placement(self) -> int:
+        """Placement entries the layout needs: replicas x tp x dp_attn x pp."""
+        return self.replicas * self.layout.n_accelerators
+
+    @property
+    def has_placement(self) -> bool:
+        """Whether the plan places its accelerators (a plan solved without placement has no `placement`)."""
+        return "placement" in self.model_fields_set
+
+    @property
+    def draft_tokens(self) -> int:
+        """Draft tokens of its speculative decoding (0 without)."""
+        return self.speculative.draft_tokens if self.speculative is not None else 0
+
+    def stages(self) -> dict[tuple[int, int], list[PlacedAccelerator]]:
+        """(replica, stage) -> its accelerators in placement order."""
+        by_stage: dict[tuple[int, int], list[PlacedAccelerator]] = {}
+        for entry in self.placement:
+            by_stage.setdefault((entry.replica, entry.stage), []).append(entry)
+        return by_stage
 
 
-class RackInstance(_Strict):
-    """One rack (scale-up unit) instance of the fleet, as the plan saw it."""
-
-    accelerators: Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE, strict=True)]
-    accelerators_per_host: Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE, strict=True)]
-    unavailable: list[NonNegativeInt] = []
-
-
-class Plan(_Strict):
+class Plan(BaseModel):
     """A solved plan as `planner solve --json` writes it."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     format: Literal["llm-deployment-plan"]
     format_version: Literal[1]
     problem: str
     status: str
     objective_kind: str
-    solver: dict
-    fleet: dict
+    solver: SolverRecord
+    fleet: FleetRecord
+    served: list[ServedRecord] = Field(default=[], description="per workload, the output tokens/s served: with prefill and decode pools the "
+                                                               "smaller of what decode makes and prefill feeds")
     deployments: list[PlanDeployment]
     explanation: dict | None = None
     infeasibility: dict | None = None
     racks: dict[RackInstanceName, RackInstance] = {}
-    kv_handoff: list[dict] = []
-    served: list[dict] = Field(default=[], description="per workload, the output tokens/s served: with prefill and decode pools the "
-                                                       "smaller of what decode makes and prefill feeds")
+    kv_handoff: list[HandoffRecord] = []
     problem_spec: dict = Field(description="the problem the plan solves, embedded so that the plan stands alone")
     problem_dir: str | None = Field(default=None, description="where relative paths of the problem resolve")
     notes: list[str] = []
+
+    @property
+    def placed_accelerators(self) -> int:
+        return sum(len(d.placement) for d in self.deployments)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of its first deployment: what `export` writes without --format."""
+        return self.deployments[0].engine if self.deployments else Engine.TRTLLM
+
+    def model_entry(self, d: PlanDeployment) -> object:
+        """The embedded problem's model entry that deployment `d`'s workload serves, as written (a
+        catalog id, or a mapping: inline, config_json, catalog); the deployment's model id without one."""
+        problem = self.problem_spec
+        if problem.get("model") is not None:
+            return problem["model"]
+        models = problem.get("models") or {}
+        workload = next((w for w in problem.get("workloads", []) if isinstance(w, dict) and w.get("name") == d.workload), {})
+        key = workload.get("model") or next(iter(models), None)
+        return models.get(key, d.model)
+
+    def workload_lengths(self) -> dict[str, tuple[object, object]]:
+        """Prompt and output lengths of each workload of the embedded problem, as written (the problem
+        itself is validated when a command resolves it)."""
+        workloads = self.problem_spec.get("workloads")
+        if not isinstance(workloads, list):
+            return {}
+        return {w["name"]: (w.get("input_tokens"), w.get("output_tokens")) for w in workloads if isinstance(w, dict) and "name" in w}
+
+
+def plan_document(plan: Plan) -> dict:
+    """The plan as its JSON file holds it: every field the writer or the file set, in the file's
+    order, NaN and infinities as null."""
+    return finite(plan.model_dump(mode="json", exclude_unset=True))
+
+
+def as_plan(plan: "Plan | dict") -> Plan:
+    """A plan, or a plan document (what `planner.solve_record` returns) validated as one: the library's
+    entry points take either; a document whose structure is broken raises pydantic's ValidationError."""
+    return plan if isinstance(plan, Plan) else Plan.model_validate(plan)
 
 
 def _placement_issues(d: PlanDeployment, where: str, racks: dict[str, RackInstance]) -> list[InputIssue]:
@@ -231,15 +281,6 @@ def _expert_map_issues(d: PlanDeployment, where: str) -> list[InputIssue]:
     return out
 
 
-def _workload_lengths(problem_spec: dict) -> dict[str, tuple[object, object]]:
-    """Prompt and output lengths of each workload of the embedded problem, as written (the problem
-    itself is validated when a command resolves it)."""
-    workloads = problem_spec.get("workloads")
-    if not isinstance(workloads, list):
-        return {}
-    return {w["name"]: (w.get("input_tokens"), w.get("output_tokens")) for w in workloads if isinstance(w, dict) and "name" in w}
-
-
 def plan_issues(plan: Plan) -> list[InputIssue]:
     """What a valid structure can still get wrong, found without the catalog or the step model:
     ranks outside the layout, accelerators outside their rack, ragged expert maps, prompt lengths
@@ -247,7 +288,7 @@ def plan_issues(plan: Plan) -> list[InputIssue]:
     out = [InputIssue(f"racks.{name}.unavailable", f"{bad} is not an accelerator index below {rack.accelerators}",
                       "list indices 0..accelerators - 1")
            for name, rack in plan.racks.items() for bad in rack.unavailable if bad >= rack.accelerators]
-    lengths = _workload_lengths(plan.problem_spec)
+    lengths = plan.workload_lengths()
     for i, d in enumerate(plan.deployments):
         where = f"deployments[{i}]"
         written = lengths.get(d.workload)

@@ -1,4 +1,4 @@
-"""Rendering of solve results: a JSON-ready record (SI units) and rich terminal output."""
+"""Rendering of solve results in the terminal (the plan file they make: `planner.output.plan_writer`)."""
 
 from rich.console import Console
 from rich.markup import escape
@@ -6,170 +6,11 @@ from rich.table import Table
 
 from planner.modes import ServingRole, SolveStatus
 from planner.output.handoff import handoff_summary
-from planner.output.report import estimate_record
-from planner.solver.solve import Deployment, SolveResult
+from planner.output.plan_writer import served_record, solve_plan, solve_record
+from planner.solver.solve import SolveResult
 from planner.units import format_bytes, format_rate, format_seconds, format_usd
 
-__all__ = ["deployment_record", "render_solve", "solve_record"]
-
-_ESTIMATE_KEYS_REPLACED = {"layout", "accelerators", "batch_per_replica", "model", "rack", "accelerator"}
-
-
-PLAN_FORMAT = "llm-deployment-plan"
-PLAN_FORMAT_VERSION = 1
-
-
-def role_record(role) -> dict:
-    return {"accelerator": role.accelerator, "rack": role.rack, "replica": role.replica, "stage": role.stage,
-            "layers": list(role.layers), "tp_rank": role.tp_rank, "dp_rank": role.dp_rank, "ep_rank": role.ep_rank,
-            "expert_tp_rank": role.expert_tp_rank}
-
-
-def expert_map_record(d: Deployment) -> dict | None:
-    p = d.experts
-    if p is None:
-        return None
-    return {
-        "n_ranks": p.n_ranks,
-        "slots_per_rank": p.slots_per_rank,
-        "n_logical_experts": d.estimate.inputs.arch.moe.n_routed_experts,
-        "method": p.method,
-        "profile": p.profile,
-        "imbalance": p.imbalance,
-        "worst_gap_to_bound": p.worst_gap_to_bound,
-        "layers_proven_optimal": p.layers_proven_optimal,
-        "moves": p.moves,
-        "layers": [{"layer": q.layer, "max_load": q.max_load, "mean_load": q.mean_load, "lower_bound": q.lower_bound, "moves": q.moves}
-                   for q in p.layers],
-        "physical_to_logical_map": p.physical_to_logical(d.estimate.inputs.arch),
-    }
-
-
-def deployment_record(d: Deployment) -> dict:
-    c = d.candidate
-    record = {
-        "workload": c.workload,
-        "model": d.estimate.inputs.arch.id,
-        "rack": c.rack_id,
-        "accelerator": c.accelerator_id,
-        "tp": c.layout.tp,
-        "ep": c.layout.ep,
-        "pp": c.layout.pp,
-        "dp_attn": c.layout.dp_attn,
-        "expert_tp": c.layout.expert_tp,
-        "micro_batches": c.layout.pp,  # one micro-batch in flight per pipeline stage
-        "replicas": d.replicas,
-        "batch_per_replica": c.batch,
-        "groups_span_domains": c.spans_domains,
-        "accelerators": d.accelerators,
-        "accelerators_per_replica": c.accelerators,
-        "output_tokens_per_s": 0.0 if c.role is ServingRole.PREFILL else d.output_tokens_per_s,
-        "input_tokens_per_s": d.replicas * c.input_tokens_per_s,
-        "usd_per_hour": d.usd_per_hour,
-        "usd_per_million_output_tokens_all_in": c.usd_per_million_output_tokens,
-        "batch_limit": c.batch_limit,
-        "kv_tier": c.kv_tier,
-        "prompt_cache_storage_usd_per_hour": d.replicas * c.storage_usd_per_hour,
-        "kv_handoff_bytes_per_request": c.kv_handoff_bytes if c.role is not ServingRole.AGGREGATED else None,
-        "kv_handoff_bytes_per_s_per_replica": c.nic_bytes_per_s if c.role is not ServingRole.AGGREGATED else None,
-    }
-    record.update({k: v for k, v in estimate_record(d.estimate).items() if k not in _ESTIMATE_KEYS_REPLACED})
-    return record
-
-
-def _explanation_record(result: SolveResult) -> dict | None:
-    e = result.explanation
-    if e is None:
-        return None
-    alternative = None
-    if e.alternative is not None:
-        alternative = {"description": e.alternative.description, "objective": e.alternative.objective,
-                       "delta_fraction": e.alternative.delta_fraction, "reason": e.alternative.reason}
-    return {
-        "deployments": [{"workload": d.workload, "rack": d.rack, "binding": d.binding, "dominant": d.dominant} for d in e.deployments],
-        "fleet": list(e.fleet),
-        "racks": [{"workload": r.workload, "rack": r.rack, "best": r.best, "usd_per_million_output_tokens": r.usd_per_million_output_tokens,
-                   "relative_to_chosen": r.relative_to_chosen} for r in e.racks],
-        "alternative": alternative,
-    }
-
-
-def _infeasibility_record(result: SolveResult) -> dict | None:
-    report = result.infeasibility
-    if report is None:
-        return None
-    return {"summary": report.summary,
-            "conflicts": [{"families": list(c.families), "message": c.message, "relax": list(c.relax)} for c in report.conflicts]}
-
-
-def solve_record(result: SolveResult) -> dict:
-    record = _solve_core(result)
-    if result.placement is not None:
-        for i, d in enumerate(record["deployments"]):
-            d["placement"] = [role_record(r) for r in result.placement.of_deployment(i)]
-        host_size = {rack_id: rack.host_size for rack_id, rack in result.problem.hardware.racks.items()}
-        record["racks"] = {name: {"accelerators": n, "accelerators_per_host": host_size[name.split("#")[0]], "unavailable": list(broken)}
-                           for name, (n, broken) in result.placement.racks.items()}
-    for d, deployment in zip(record["deployments"], result.deployments):
-        d["expert_map"] = expert_map_record(deployment)
-    record["kv_handoff"] = [{"workload": h.workload, "replica_pairs": h.pairs, "pairs_in_one_domain": h.in_domain_pairs,
-                             "nic_seconds": h.nic_s, "in_domain_seconds": h.in_domain_s} for h in handoff_summary(result)]
-    record["problem_spec"] = result.problem.problem.model_dump(mode="json", exclude_none=True)
-    # Only a problem that names files (expert loads, config.json, a previous plan) needs its directory;
-    # `planner solve --json` rewrites it relative to the plan file, so a plan carries no absolute path.
-    record["problem_dir"] = str(result.problem.base_dir) if _names_files(record["problem_spec"]) else None
-    record["notes"] = list(result.notes)
-    return record
-
-
-def _names_files(spec: object) -> bool:
-    if isinstance(spec, dict):
-        return any(k in ("file", "config_json", "previous_plan") or _names_files(v) for k, v in spec.items())
-    return isinstance(spec, list) and any(_names_files(v) for v in spec)
-
-
-def _solve_core(result: SolveResult) -> dict:
-    s = result.stats
-    racks = {}
-    for rack_id, pool in result.data.pools.items():
-        used = sum(d.accelerators for d in result.deployments if d.candidate.rack_id == rack_id)
-        racks[rack_id] = {"racks_available": pool.count, "accelerators_per_rack": pool.domain_size, "accelerators_used": used}
-    return {
-        "format": PLAN_FORMAT,
-        "format_version": PLAN_FORMAT_VERSION,
-        "problem": result.problem.name,
-        "status": result.status,
-        "objective_kind": str(result.problem.objective),
-        "solver": {
-            "wall_time_s": s.wall_time_s,
-            "total_time_s": s.total_time_s,
-            "objective": s.objective,
-            "best_bound": s.best_bound,
-            "gap": s.gap,
-            "objective_unit": s.objective_unit,
-            "time_limit_s": s.time_limit_s,
-            "seed": s.seed,
-            "workers": s.workers,
-            "candidates": s.n_candidates,
-            "variables": s.n_variables,
-            "constraints": s.n_constraints,
-        },
-        "fleet": {"usd_per_hour": result.usd_per_hour, "accelerators": result.accelerators, "racks": racks},
-        "served": [_served_record(result, w.name) for w in result.problem.workloads if result.of_workload(w.name)],
-        "deployments": [deployment_record(d) for d in result.deployments],
-        "explanation": _explanation_record(result),
-        "infeasibility": _infeasibility_record(result),
-    }
-
-
-def _served_record(result: SolveResult, workload: str) -> dict:
-    """What the plan serves for a workload: with prefill and decode pools, the smaller of what the
-    decode pool makes and what the prefill pool feeds."""
-    fed = result.fed_output_tokens_per_s(workload)
-    made = sum(d.output_tokens_per_s for d in result.of_workload(workload) if d.candidate.role is not ServingRole.PREFILL)
-    return {"workload": workload, "served_output_tokens_per_s": result.served_output_tokens_per_s(workload),
-            "made_output_tokens_per_s": made, "fed_output_tokens_per_s": fed,
-            "demand_output_tokens_per_s": result.data.demand_tokens_per_s.get(workload)}
+__all__ = ["render_solve", "solve_plan", "solve_record"]  # the writer lives in plan_writer
 
 
 def expert_lines(result: SolveResult) -> list[str]:
@@ -247,11 +88,11 @@ def render_solve(result: SolveResult, console: Console) -> None:
         for line in hbm_lines(result):
             console.print(f"  - {escape(line)}")
         for w in result.problem.workloads:
-            served = _served_record(result, w.name)
-            if served["fed_output_tokens_per_s"] is not None:  # a pair of pools serves the smaller of its two rates
-                console.print(f"{escape(w.name)}: serves {format_rate(served['served_output_tokens_per_s'])} output tokens: the decode pool "
-                              f"makes {format_rate(served['made_output_tokens_per_s'])}, the prefill pool feeds "
-                              f"{format_rate(served['fed_output_tokens_per_s'])}")
+            served = served_record(result, w.name)
+            if served.fed_output_tokens_per_s is not None:  # a pair of pools serves the smaller of its two rates
+                console.print(f"{escape(w.name)}: serves {format_rate(served.served_output_tokens_per_s)} output tokens: the decode pool "
+                              f"makes {format_rate(served.made_output_tokens_per_s)}, the prefill pool feeds "
+                              f"{format_rate(served.fed_output_tokens_per_s)}")
         if result.explanation is not None:
             console.print("[bold]Why this plan[/bold]")
             for line in result.explanation.lines():

@@ -13,6 +13,7 @@ from planner.limits import MAX_TIME_LIMIT_S
 from planner.modes import Confidence
 from planner.output.export import export_plan
 from planner.output.placement_picture import COLOUR_BY, placement_svg
+from planner.output.plan import Plan
 from planner.service.inputs import bundled_problems, command_args, problem_input, resolved_plan_problem
 from planner.units import MS
 
@@ -132,26 +133,26 @@ def check_answer(body: dict, limits: Limits) -> dict:
     from planner.output.validate import check_plan
 
     _only(body, "plan")
-    record, resolved = resolved_plan_problem(body.get("plan"))
-    violations = check_plan(resolved, record, placement=True)
+    plan, resolved = resolved_plan_problem(body.get("plan"))
+    violations = check_plan(resolved, plan, placement=True)
     return {"valid": not violations, "violations": [str(v) for v in violations],
-            "deployments": len(record["deployments"]), "accelerators": sum(len(d.get("placement", [])) for d in record["deployments"])}
+            "deployments": len(plan.deployments), "accelerators": plan.placed_accelerators}
 
 
-def _checked_plan(body: dict) -> dict:
+def _checked_plan(body: dict) -> Plan:
     from planner.output.validate import check_plan
 
-    record, resolved = resolved_plan_problem(body.get("plan"))
-    refuse_failing_plan(check_plan(resolved, record, placement=True), "plan")
-    return record
+    plan, resolved = resolved_plan_problem(body.get("plan"))
+    refuse_failing_plan(check_plan(resolved, plan, placement=True), "plan")
+    return plan
 
 
 def export_answer(body: dict, limits: Limits) -> dict:
     """`planner export PLAN --format F [--engine E]`: the text it writes, and a file name for it."""
     args = command_args("export", _options(body, "plan"), PLACEHOLDER)
-    record = _checked_plan(body)
-    fmt = args.format or record["deployments"][0].get("engine", "trtllm")
-    text = export_plan(record, fmt, engine=args.engine)
+    plan = _checked_plan(body)
+    fmt = args.format or str(plan.engine)
+    text = export_plan(plan, fmt, engine=args.engine)
     name = {"json": "placement.json", "lws": "manifests.yaml"}.get(fmt, f"launch-{fmt}.sh")
     return {"format": fmt, "filename": name, "text": text}
 

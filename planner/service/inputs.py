@@ -7,9 +7,10 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from planner.cli.common import plan_record
+from planner.cli.common import plan_from_document
 from planner.cli.parser import build_parser
 from planner.errors import InputIssue, PlannerInputError, load_yaml_file, unknown_name_issue
+from planner.output.plan import Plan
 from planner.paths import data_dir
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import Problem, parse_problem
@@ -79,14 +80,14 @@ def problem_input(value: object) -> ProblemInput:
     return ProblemInput(parse_problem(value, source="problem"), data_dir("problems"), "problem")
 
 
-def resolved_plan_problem(plan: object) -> tuple[dict, object]:
+def resolved_plan_problem(document: object) -> tuple[Plan, object]:
     """A plan document validated as the CLI validates plan files, and its embedded problem resolved."""
-    record = plan_record(plan, "plan")
-    refuse_paths(record.get("problem_spec") or {}, "plan.problem_spec")
-    if record.get("problem_dir") is not None:
+    plan = plan_from_document(document, "plan")
+    refuse_paths(plan.problem_spec, "plan.problem_spec")
+    if plan.problem_dir is not None:
         raise PlannerInputError(InputIssue("plan.problem_dir", "names a directory on the server", "remove problem_dir (set it to null)"))
-    problem = parse_problem(record["problem_spec"], source="plan: problem_spec")
-    return record, resolve_problem(problem, base_dir=data_dir("problems"), source="plan")
+    problem = parse_problem(plan.problem_spec, source="plan: problem_spec")
+    return plan, resolve_problem(problem, base_dir=data_dir("problems"), source="plan")
 
 
 class _Refused(Exception):
