@@ -19,9 +19,9 @@ args = parse_args(__doc__)
 batched = evaluate("deepseek-v3", "gb200-nvl72", 4096, 2048, 512, ep=64, weights="fp8", kv_cache="fp8")
 single = evaluate("deepseek-v3", "gb200-nvl72", 1, 2048, 512, tp=16, ep=16, dp_attn=1, weights="fp8", kv_cache="fp8")
 for name, e in (("batch 1 (TP16 x EP16)", single), ("batch 4096 (EP64)", batched)):
-    print(f"{name:<20} TPOT {e.tpot_s * 1e3:7.2f} ms   ${e.usd_per_million_output_tokens:10.4f} per million output tokens   "
+    print(f"{name:<20} TPOT {e.tpot_s * 1e3:7.2f} ms   ${e.usd_per_million_decode_tokens:10.4f} per million output tokens   "
           f"dominant: {e.decode_step.dominant_term}")
-ratio = single.usd_per_million_output_tokens / batched.usd_per_million_output_tokens
+ratio = single.usd_per_million_decode_tokens / batched.usd_per_million_decode_tokens
 print(f"claim 1: unbatched decode costs {ratio:.0f}x more per token (lecture: ~1000x)")
 
 curve = batch_curve(load_problem(data_dir("problems") / "deepseek-v3-gb200-nvl72.yaml"), points=16 if args.quick else 48)

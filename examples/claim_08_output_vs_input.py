@@ -16,10 +16,10 @@ print(row("model on rack", "decode", "prefill", "$/M in", "$/M out", "out/in", w
 ratios = []
 for model, rack, batch, tp, extra in cases:
     e = evaluate(model, rack, batch, 1024, 256, tp=tp, **extra)
-    ratio = e.usd_per_million_output_tokens / e.usd_per_million_input_tokens
+    ratio = e.usd_per_million_decode_tokens / e.usd_per_million_prefill_tokens
     ratios.append(ratio)
-    print(row(f"{model} on {rack}", e.decode_step.bound, e.prefill_chunk_step.bound, f"{e.usd_per_million_input_tokens:.3f}",
-              f"{e.usd_per_million_output_tokens:.3f}", f"{ratio:.1f}x", widths=[34, 10, 10, 10, 10, 8]))
+    print(row(f"{model} on {rack}", e.decode_step.bound, e.prefill_chunk_step.bound, f"{e.usd_per_million_prefill_tokens:.3f}",
+              f"{e.usd_per_million_decode_tokens:.3f}", f"{ratio:.1f}x", widths=[34, 10, 10, 10, 10, 8]))
 print(f"claim 8: output tokens cost {min(ratios):.1f}-{max(ratios):.1f}x input tokens (lecture: ~5x)")
 
 # backwards: Claude Sonnet's $15 output / $3 input (examples/prices/claude-sonnet.yaml)

@@ -39,7 +39,7 @@ def test_claim_1_unbatched_decode_costs_about_a_thousand_times_more(run_estimate
     single = run_estimate("deepseek-v3", "gb200-nvl72", 1, 2048, 512, tp=64, ep=64, dp_attn=1, weights="fp8", kv="fp8", role=DECODE)
     latency_floor = (61 + 61) * LATENCY
     assert single.tpot_s > latency_floor
-    ratio = single.usd_per_million_output_tokens / batched.usd_per_million_output_tokens
+    ratio = single.usd_per_million_decode_tokens / batched.usd_per_million_decode_tokens
     hand_ratio = 4096 * latency_floor / batched.tpot_s
     assert ratio == pytest.approx(hand_ratio, rel=0.15)
     assert 500 < ratio < 3000  # "~1000x"
@@ -222,7 +222,7 @@ def test_claim_8_output_tokens_cost_about_five_times_input_tokens(run_estimate):
     prefill = (2 * layers * 1024 + 2 * 525_336_576 + 524_288 * 1024 * 1025 / 2) / F_EFF_H100_BF16 / 1024
     e = run_estimate("llama-3.1-8b", "hgx-h100", 128, 1024, 256)
     assert e.decode_step.bound == "memory" and e.prefill_chunk_step.bound == "compute"
-    ratio = e.usd_per_million_output_tokens / e.usd_per_million_input_tokens
+    ratio = e.usd_per_million_decode_tokens / e.usd_per_million_prefill_tokens
     assert ratio == pytest.approx(decode / prefill, rel=1e-6)
     assert 4 < ratio < 7  # "~5x"
 
@@ -253,7 +253,7 @@ def test_claim_10_fast_mode_buys_speed_at_a_steep_price(run_estimate):
     fast = at(lo)
     assert slow.decode_step.bound == fast.decode_step.bound == "memory"
     speedup = slow.tpot_s / fast.tpot_s
-    price = fast.usd_per_million_output_tokens / slow.usd_per_million_output_tokens
+    price = fast.usd_per_million_decode_tokens / slow.usd_per_million_decode_tokens
     assert price == pytest.approx((b1 / lo) / speedup, rel=1e-9)  # cost per token = price x G x TPOT / B
     # the affine step of the docstring, from TPOT at batch 1 and at B1
     t_kv = (slow.tpot_s - at(1).tpot_s) / (b1 - 1)

@@ -62,7 +62,7 @@ def test_decode_step_of_llama_8b_on_one_h100(run_estimate):
     assert e.decode_step.dominant_term == "weights" and e.decode_step.bound == "memory"
     assert e.decode_tokens_per_s == pytest.approx(batch / e.tpot_s)
     # cost: $2.10/h per H100 (catalog estimate) for one accelerator
-    assert e.usd_per_million_output_tokens == pytest.approx(2.10 / 3600 * e.tpot_s / batch * 1e6, rel=1e-9)
+    assert e.usd_per_million_decode_tokens == pytest.approx(2.10 / 3600 * e.tpot_s / batch * 1e6, rel=1e-9)
 
 
 def test_prefill_and_ttft_of_llama_8b_on_one_h100(run_estimate):

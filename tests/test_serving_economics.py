@@ -58,7 +58,7 @@ def test_claim_9_break_even_retention_by_hand(hw, run_estimate):
     prefill_s = (2 * L * PER_LAYER * isl + 2 * VOCAB * D + 4 * 32 * 128 * L * pairs) / F_EFF
     recompute = 2.10 / 3600 * prefill_s / isl
     e = run_estimate("llama-3.1-8b", "hgx-h100", 32, isl, 256)
-    assert e.usd_per_million_input_tokens / 1e6 == pytest.approx(recompute, rel=1e-9)
+    assert e.usd_per_million_prefill_tokens / 1e6 == pytest.approx(recompute, rel=1e-9)
     tiers = {t.id: t for t in tiers_for(hw.accelerators["h100-sxm"])}
     expected = {
         "hbm": recompute / (KV_PER_TOKEN * 2.10 / 3600 / (81_559 * 2**20)),  # 11.7 s: a small model, a large KV per FLOP

@@ -71,7 +71,7 @@ def cache_economics(result: SolveResult, workload: str) -> CacheEconomics:
     kv_per_token = kv_bytes_per_request(inp.arch, 1, inp.precisions.kv_bytes)
     prefix = w.prefix_cache.prefix_tokens if w.prefix_cache else w.input_tokens
     prefix_bytes = kv_bytes_per_request(inp.arch, prefix, inp.precisions.kv_bytes)
-    recompute = e.usd_per_million_input_tokens / TOKENS_PER_MILLION
+    recompute = e.usd_per_million_prefill_tokens / TOKENS_PER_MILLION
     retentions = (w.prefix_cache.retention_s,) if w.prefix_cache else DEFAULT_RETENTIONS_S
     tiers = []
     for tier in tiers_for(inp.rack.accelerator):

@@ -87,8 +87,8 @@ def _figures_record(e: Estimate) -> dict:
         "usd_per_hour_per_replica": e.usd_per_hour,
         "usd_per_million_output_tokens": e.usd_per_million_output_tokens_all_in,
         "usd_per_million_output_tokens_range": list(e.usd_per_million_output_tokens_range),
-        "usd_per_million_output_tokens_decode_only": e.usd_per_million_output_tokens,
-        "usd_per_million_input_tokens": e.usd_per_million_input_tokens,
+        "usd_per_million_output_tokens_decode_only": e.usd_per_million_decode_tokens,
+        "usd_per_million_input_tokens": e.usd_per_million_prefill_tokens,
         "usd_per_request": e.usd_per_request,
     }
 
@@ -233,8 +233,8 @@ def _render_money(e: Estimate, console: Console) -> None:
     money.add_row("replica cost", f"{format_usd(e.usd_per_hour)}/h", "")
     money.add_row("USD per million output tokens, all in", format_usd(e.usd_per_million_output_tokens_all_in),
                   _span(*e.usd_per_million_output_tokens_range, format_usd))
-    money.add_row("  a decode token alone", format_usd(e.usd_per_million_output_tokens), "")
-    money.add_row("  a prefill token alone", format_usd(e.usd_per_million_input_tokens), "")
+    money.add_row("  a decode token alone", format_usd(e.usd_per_million_decode_tokens), "")
+    money.add_row("  a prefill token alone", format_usd(e.usd_per_million_prefill_tokens), "")
     money.add_row("USD per request", format_usd(e.usd_per_request), "")
     console.print(money)
 

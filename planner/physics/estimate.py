@@ -121,11 +121,14 @@ class Estimate:
         return self.sustained_output_tokens_per_s / self.n_accelerators
 
     @property
-    def usd_per_million_output_tokens(self) -> float:
+    def usd_per_million_decode_tokens(self) -> float:
+        """Replica cost per output token of decode alone (pure decode steps, no prefill): the all-in
+        figure is `usd_per_million_output_tokens_all_in`."""
         return usd_per_million_tokens(self.usd_per_hour / SECONDS_PER_HOUR, self.decode_tokens_per_s)
 
     @property
-    def usd_per_million_input_tokens(self) -> float:
+    def usd_per_million_prefill_tokens(self) -> float:
+        """Replica cost per prompt token of prefill alone (full passes back to back)."""
         return usd_per_million_tokens(self.usd_per_hour / SECONDS_PER_HOUR, self.prefill_tokens_per_s)
 
     @property

@@ -120,6 +120,7 @@ class Candidate:
 
     @property
     def usd_per_million_output_tokens(self) -> float:
+        """All in: replica cost over the output tokens it serves per second (prefill included)."""
         return usd_per_million_tokens(self.usd_per_hour / SECONDS_PER_HOUR, self.output_tokens_per_s)
 
     @property
