@@ -7,7 +7,10 @@ physical limit, and the fraction of it the engine is predicted to reach.
 Step 3 derives ranges (the kernel fits' p10 and p90) and the stated assumptions.
 """
 
+import functools
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from planner.modes import OverlapPolicy, ServingRole, StepModel
 from planner.physics.batch_table import (
@@ -42,36 +45,135 @@ class RooflineComparison:
 
 @dataclass(frozen=True)
 class Estimate:
-    """The figures of one deployment. Times in seconds, bytes, USD."""
+    """The figures of one deployment, read from its one-row batch table. Times in seconds, bytes, USD."""
 
     inputs: DeploymentInputs
     links: ReplicaLinks
-    decode_step: StepTime  # a pure decode step, all pipeline stages (the TPOT of a decode-only replica)
-    prefill_chunk_step: StepTime  # one prefill pass through the slowest stage (a prefill replica's at its batch; else a full one)
-    serving_step: StepTime  # the step users wait on: mixed decode + prefill for an aggregated replica (sums to TPOT)
-    tpot_s: float
-    stage_time_s: float
-    prefill_latency_s: float  # admission to first token of a cache miss (its prompt's steps or passes)
-    queue_wait_s: float  # mean wait for the step or pass in progress (the rest of the mean TTFT)
-    cache_hit_latency_s: float  # admission to first token of a prompt-cache hit: reload its prefix, prefill the rest (0 without)
-    ttft_s: float  # mean TTFT at the replica's load (Poisson arrivals)
-    ttft_p90_s: float  # its 90th percentile
-    decode_tokens_per_s: float  # per replica, decode alone (batch / pure decode step)
-    prefill_tokens_per_s: float  # per replica, prefill alone (full passes back to back)
-    sustained_output_tokens_per_s: float  # per replica in its role (an aggregated replica also prefills)
-    sustained_input_tokens_per_s: float
-    prefill_riders_per_step: float  # prompt tokens prefilled in each micro-batch step on each stage (aggregated)
-    prompt_cache_bytes_per_accelerator: float  # in the cache's tier (HBM: counted in `memory`)
-    storage_usd_per_hour: float  # holding the prompt cache outside HBM
-    memory: MemoryUse
-    expert_touch_fraction: float
-    flops_per_s_effective: float
-    hbm_bandwidth_bytes_per_s_effective: float
+    table: BatchTable = field(compare=False, repr=False)  # the deployment's batch alone (row 0)
     assumptions: tuple[str, ...] = field(default_factory=tuple)
-    tpot_range_s: tuple[float, float] = (0.0, 0.0)  # p10, p90 from the kernel fits (equal to tpot_s under the roofline)
-    ttft_range_s: tuple[float, float] = (0.0, 0.0)
     roofline: RooflineComparison | None = None  # a calibrated estimate's ideal counterpart
-    kernel_source: str = ""
+
+    def _at(self, column: np.ndarray) -> float:
+        return float(column[0])
+
+    @functools.cached_property
+    def decode_step(self) -> StepTime:
+        """A pure decode step, all pipeline stages (the TPOT of a decode-only replica)."""
+        t = self.table
+        return _step(t, (t.compute_s, t.weights_s, t.kv_s, t.comm_s, t.overhead_s), self.inputs.overlap,
+                     self._at(t.decode_low_ratio), self._at(t.decode_high_ratio))
+
+    @functools.cached_property
+    def prefill_chunk_step(self) -> StepTime:
+        """One prefill pass through the slowest stage (a prefill replica's at its batch; else a full one)."""
+        return _prefill_pass_step(self.inputs, self.table)
+
+    @functools.cached_property
+    def serving_step(self) -> StepTime:
+        """The step users wait on: mixed decode + prefill for an aggregated replica (sums to TPOT)."""
+        t = self.table
+        ratios = ((self._at(t.tpot_low_s) / self.tpot_s, self._at(t.tpot_high_s) / self.tpot_s)
+                  if self.inputs.role is not ServingRole.PREFILL else (self._at(t.ttft_low_ratio), self._at(t.ttft_high_ratio)))
+        return _step(t, t.serving_step, self.inputs.overlap, *ratios)
+
+    @property
+    def tpot_s(self) -> float:
+        return self._at(self.table.tpot_s)
+
+    @property
+    def stage_time_s(self) -> float:
+        return self._at(self.table.stage_time_s)
+
+    @property
+    def prefill_latency_s(self) -> float:
+        """Admission to first token of a cache miss (its prompt's steps or passes)."""
+        return self._at(self.table.miss_service_s)
+
+    @property
+    def queue_wait_s(self) -> float:
+        """The mean wait for the step or pass in progress (the rest of the mean TTFT)."""
+        return self._at(self.table.queue_s)
+
+    @property
+    def cache_hit_latency_s(self) -> float:
+        """Admission to first token of a prompt-cache hit: reload its prefix, prefill the rest (0 without)."""
+        return self._at(self.table.hit_service_s)
+
+    @property
+    def ttft_s(self) -> float:
+        """Mean TTFT at the replica's load (Poisson arrivals)."""
+        return self._at(self.table.ttft_s)
+
+    @property
+    def ttft_p90_s(self) -> float:
+        return self._at(self.table.ttft_p90_s)
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Per replica, decode alone (batch / pure decode step)."""
+        return self._at(self.table.decode_tokens_per_s)
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        """Per replica, prefill alone (full passes back to back)."""
+        return self.table.prefill_tokens_per_s
+
+    @property
+    def sustained_output_tokens_per_s(self) -> float:
+        """Per replica in its role (an aggregated replica also prefills)."""
+        return self._at(self.table.sustained_output_tokens_per_s)
+
+    @property
+    def sustained_input_tokens_per_s(self) -> float:
+        return self._at(self.table.sustained_input_tokens_per_s)
+
+    @property
+    def prefill_riders_per_step(self) -> float:
+        """Prompt tokens prefilled in each micro-batch step on each stage (aggregated)."""
+        return self._at(self.table.prefill_riders)
+
+    @property
+    def prompt_cache_bytes_per_accelerator(self) -> float:
+        """In the cache's tier (HBM: counted in `memory`)."""
+        return self._at(self.table.cache_bytes)
+
+    @property
+    def storage_usd_per_hour(self) -> float:
+        """Holding the prompt cache outside HBM."""
+        return self._at(self.table.storage_usd_per_s) * SECONDS_PER_HOUR
+
+    @functools.cached_property
+    def memory(self) -> MemoryUse:
+        t = self.table
+        return MemoryUse(self._at(t.weights_bytes), self._at(t.kv_bytes), self._at(t.activations_bytes), t.capacity_bytes,
+                         self._at(t.cache_bytes) if t.cache_in_hbm else 0.0)
+
+    @property
+    def expert_touch_fraction(self) -> float:
+        return self._at(self.table.touch)
+
+    @property
+    def flops_per_s_effective(self) -> float:
+        return self.table.flops_per_s
+
+    @property
+    def hbm_bandwidth_bytes_per_s_effective(self) -> float:
+        return self.table.hbm_bandwidth_bytes_per_s
+
+    @property
+    def kernel_source(self) -> str:
+        return self.table.kernel_source
+
+    @property
+    def tpot_range_s(self) -> tuple[float, float]:
+        """p10, p90 from the kernel fits (equal to tpot_s under the roofline)."""
+        tpot, t = self.tpot_s, self.table
+        return tpot * (self._at(t.tpot_low_s) / tpot), tpot * (self._at(t.tpot_high_s) / tpot)
+
+    @property
+    def ttft_range_s(self) -> tuple[float, float]:
+        ttft, t = self.ttft_s, self.table
+        return ttft * self._at(t.ttft_low_ratio), ttft * self._at(t.ttft_high_ratio)
 
     @property
     def step_model(self) -> StepModel:
@@ -251,39 +353,4 @@ def estimate(inp: DeploymentInputs, links: ReplicaLinks | None = None) -> Estima
     """Evaluate `inp`. Links default to a replica filling instances of `inp.rack` in order."""
     links = links or default_replica_links(inp.rack, inp.layout, inp.overheads.collective_latency_s)
     t = evaluate_batches(inp, [inp.batch_per_replica], links)
-    tpot = float(t.tpot_s[0])
-    low, high = float(t.tpot_low_s[0]) / tpot, float(t.tpot_high_s[0]) / tpot
-    ttft = float(t.ttft_s[0])
-    serving_ratios = (low, high) if inp.role is not ServingRole.PREFILL else (float(t.ttft_low_ratio[0]), float(t.ttft_high_ratio[0]))
-    return Estimate(
-        inputs=inp,
-        links=links,
-        decode_step=_step(t, (t.compute_s, t.weights_s, t.kv_s, t.comm_s, t.overhead_s), inp.overlap,
-                          float(t.decode_low_ratio[0]), float(t.decode_high_ratio[0])),
-        prefill_chunk_step=_prefill_pass_step(inp, t),
-        serving_step=_step(t, t.serving_step, inp.overlap, *serving_ratios),
-        tpot_s=tpot,
-        stage_time_s=float(t.stage_time_s[0]),
-        prefill_latency_s=float(t.miss_service_s[0]),
-        queue_wait_s=float(t.queue_s[0]),
-        cache_hit_latency_s=float(t.hit_service_s[0]),
-        ttft_s=ttft,
-        ttft_p90_s=float(t.ttft_p90_s[0]),
-        decode_tokens_per_s=float(t.decode_tokens_per_s[0]),
-        prefill_tokens_per_s=t.prefill_tokens_per_s,
-        sustained_output_tokens_per_s=float(t.sustained_output_tokens_per_s[0]),
-        sustained_input_tokens_per_s=float(t.sustained_input_tokens_per_s[0]),
-        prefill_riders_per_step=float(t.prefill_riders[0]),
-        prompt_cache_bytes_per_accelerator=float(t.cache_bytes[0]),
-        storage_usd_per_hour=float(t.storage_usd_per_s[0]) * SECONDS_PER_HOUR,
-        memory=MemoryUse(float(t.weights_bytes[0]), float(t.kv_bytes[0]), float(t.activations_bytes[0]), t.capacity_bytes,
-                         float(t.cache_bytes[0]) if t.cache_in_hbm else 0.0),
-        expert_touch_fraction=float(t.touch[0]),
-        flops_per_s_effective=t.flops_per_s,
-        hbm_bandwidth_bytes_per_s_effective=t.hbm_bandwidth_bytes_per_s,
-        assumptions=_assumptions(inp, t, links),
-        tpot_range_s=(tpot * low, tpot * high),
-        ttft_range_s=(ttft * float(t.ttft_low_ratio[0]), ttft * float(t.ttft_high_ratio[0])),
-        roofline=_roofline(inp, t, links),
-        kernel_source=t.kernel_source,
-    )
+    return Estimate(inp, links, t, _assumptions(inp, t, links), _roofline(inp, t, links))
