@@ -6,7 +6,11 @@ from dataclasses import replace
 import pytest
 from expect import expect_feasible, expect_infeasible, expect_objective
 
+from planner.hardware.catalog import load_hardware_catalog
+from planner.model.catalog import load_model_catalog
+from planner.modes import ServingRole
 from planner.physics.deployment import Layout, Precisions
+from planner.physics.inputs import DeploymentInputs
 from planner.precision import FlopsFormat, Precision
 from planner.problem.schema import Objective
 from planner.solver.candidates import Candidate
@@ -16,9 +20,16 @@ from planner.solver.reference import fits_racks
 PRECISIONS = Precisions(Precision.BF16, Precision.BF16, Precision.BF16, FlopsFormat.BF16)
 
 
-def cand(workload="w", rack="r72", tp=1, dp=1, ep=1, pp=1, rate=1000.0, usd=10.0, tpot=0.02, batch=64) -> Candidate:
-    return Candidate(workload, "m", rack, "a", Layout(tp=tp, ep=ep, pp=pp, dp_attn=dp), batch, PRECISIONS, tpot, 0.5,
-                     rate, rate, usd, 0.5, "weights", "hbm", False)
+HARDWARE = load_hardware_catalog()
+ARCH = load_model_catalog()["llama-3.1-8b"]  # the model builder reads only the candidates' figures and shapes
+
+
+def cand(workload="w", rack="r72", tp=1, dp=1, ep=1, pp=1, rate=1000.0, usd=10.0, tpot=0.02, batch=64,
+         role=ServingRole.AGGREGATED) -> Candidate:
+    rack_type = replace(HARDWARE.racks["hgx-h100"], id=rack)
+    inputs = DeploymentInputs(ARCH, rack_type, Layout(tp=tp, ep=ep, pp=pp, dp_attn=dp), batch, 1024, 256, PRECISIONS, HARDWARE.overheads,
+                              role=role)
+    return Candidate(workload, "m", inputs, tpot, 0.5, rate, rate, usd, 0.5, "weights", "hbm", False)
 
 
 def data(candidates, demand=None, pools=None, objective=Objective.MIN_COST, cap=None, workloads=("w",)) -> PlanningData:
@@ -127,10 +138,9 @@ def test_max_throughput_per_accelerator_combines_pools_as_a_rate_matched_pair():
     1,000/s per GPU serve a request stream at 1 / (1/4000 + 1/1000) = 800 tokens/s per GPU of the pair,
     not 5,000: the objective counts accelerator-seconds per token, 250 us + 1000 us = 1,250 us. An
     aggregated candidate at 900/s per GPU (1,111 us) therefore beats the pools."""
-    from planner.modes import ServingRole
 
-    prefill = replace(cand(rate=4000), role=ServingRole.PREFILL)
-    decode = replace(cand(rate=1000), role=ServingRole.DECODE)
+    prefill = cand(rate=4000, role=ServingRole.PREFILL)
+    decode = cand(rate=1000, role=ServingRole.DECODE)
     d = data([prefill, decode], objective=Objective.MAX_THROUGHPUT_PER_ACCELERATOR)
     with expect_objective(d, 1_250_000):  # ns per output token
         pass
@@ -143,10 +153,9 @@ def test_max_throughput_per_accelerator_combines_pools_as_a_rate_matched_pair():
 def test_without_demand_pools_are_rate_matched():
     """No demand: a decode replica making 2,500 tokens/s needs ceil(2500 / 1000) = 3 prefill replicas
     that each feed 1,000 (one prefill and one decode replica would starve the decode pool)."""
-    from planner.modes import ServingRole
     from planner.solver.search import solve_data
 
-    prefill = replace(cand(rate=1000, usd=1), role=ServingRole.PREFILL)
-    decode = replace(cand(rate=2500, usd=1), role=ServingRole.DECODE)
+    prefill = cand(rate=1000, usd=1, role=ServingRole.PREFILL)
+    decode = cand(rate=2500, usd=1, role=ServingRole.DECODE)
     raw = solve_data(data([prefill, decode]), time_limit_s=10, seed=0, workers=1)
     assert raw.status == "OPTIMAL" and raw.chosen == {0: 3, 1: 1}

@@ -46,7 +46,8 @@ def test_a_pair_serves_the_smaller_of_its_two_rates(split):
     assert served_tokens_per_s([(replace(decode.candidate, output_tokens_per_s=1450.0), 2),
                                 (replace(prefill.candidate, output_tokens_per_s=500.0), 8)]) == pytest.approx(2900.0)
     # aggregated replicas alone: what they make (3 x 1,450)
-    assert served_tokens_per_s([(replace(decode.candidate, role=ServingRole.AGGREGATED, output_tokens_per_s=1450.0), 3)]) == \
+    assert served_tokens_per_s([(replace(decode.candidate, inputs=replace(decode.candidate.inputs, role=ServingRole.AGGREGATED),
+                                        output_tokens_per_s=1450.0), 3)]) == \
         pytest.approx(4350.0)
 
 

@@ -11,7 +11,7 @@ Step 3 keeps, per rack type, the candidates no other candidate beats on every ax
 
 import functools
 import math
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -27,13 +27,11 @@ from planner.modes import (
     ServingRole,
     StepTerm,
 )
-from planner.physics.cost import usd_per_million_tokens
-from planner.physics.deployment import Layout, Precisions
 from planner.physics.estimate import BatchTable, DeploymentInputs
 from planner.physics.inputs import ExpertFigures, ServingOptions, deployment_inputs, deployment_issues
 from planner.physics.prefill import packed_prompts
 from planner.physics.kv_cache import CacheUse, tiers_for
-from planner.physics.links import default_replica_links, kv_handoff_s
+from planner.physics.links import default_replica_links
 from planner.placement.groups import ranks_per_domain
 from planner.problem.resolve import ResolvedWorkload, resolve_precisions
 from planner.problem.schema import PrecisionSpec
@@ -48,6 +46,7 @@ from planner.solver.batch_search import (
     limit_reason,
     limits_for,
 )
+from planner.solver.candidate import Candidate, handoff_s, pair_ttft_p90_s, pair_ttft_s, served_tokens_per_s
 from planner.solver.layouts import enumerate_layouts
 from planner.solver.shared_tables import run_together
 from planner.units import SECONDS_PER_HOUR
@@ -64,110 +63,6 @@ class CandidateSettings:
     redundant_experts_per_rank: int = 0
     confidence: Confidence = Confidence.MEDIAN
     every_batch: bool = False  # a candidate at every feasible batch, with no grid (the exhaustive reference)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One way to serve a workload on a rack type: a layout at one batch size, with its figures."""
-
-    workload: str
-    model_key: str
-    rack_id: str
-    accelerator_id: str
-    layout: Layout
-    batch: int
-    precisions: Precisions
-    tpot_s: float
-    ttft_s: float  # mean TTFT in this replica at its load
-    decode_tokens_per_s: float
-    output_tokens_per_s: float  # sustained per replica, prefill included
-    usd_per_hour: float  # per replica
-    hbm_fill_fraction: float
-    dominant_term: StepTerm
-    batch_limit: BatchLimit  # what stopped the batch growing
-    spans_domains: bool  # a tensor or expert group crosses scale-up domains (its traffic at scale-out speed)
-    notes: tuple[str, ...] = ()
-    role: ServingRole = ServingRole.AGGREGATED
-    kv_tier: str | None = None  # where its prompt cache waits between requests (None: no prompt cache)
-    storage_usd_per_hour: float = 0.0  # holding that cache outside HBM (included in usd_per_hour)
-    input_tokens_per_s: float = 0.0  # prompt tokens per second per replica it prefills (or, decoding, receives)
-    kv_handoff_bytes: float = 0.0  # prompt KV cache one request carries from a prefill to a decode replica
-    nic_bytes_per_s: float = 0.0  # the replica's scale-out bandwidth for that hand-off (achievable)
-    inputs: DeploymentInputs | None = field(default=None, compare=False, repr=False)  # the evaluated deployment (its batch)
-    ttft_p90_s: float | None = None  # the 90th percentile of TTFT (what TTFT limits hold at); None: ttft_s exactly
-
-    def __post_init__(self) -> None:
-        if self.ttft_p90_s is None:
-            object.__setattr__(self, "ttft_p90_s", self.ttft_s)
-
-    @property
-    def accelerators(self) -> int:
-        return self.layout.n_accelerators
-
-    @property
-    def draft_tokens(self) -> int:
-        """Draft tokens each decode step verifies (speculative decoding; 0: off)."""
-        spec = self.inputs.speculative if self.inputs is not None else None
-        return spec.draft_tokens if spec is not None else 0
-
-    @property
-    def stage_size(self) -> int:
-        return self.layout.stage_size
-
-    @property
-    def stages(self) -> int:
-        return self.layout.pp
-
-    @property
-    def usd_per_million_output_tokens(self) -> float:
-        """All in: replica cost over the output tokens it serves per second (prefill included)."""
-        return usd_per_million_tokens(self.usd_per_hour / SECONDS_PER_HOUR, self.output_tokens_per_s)
-
-    @property
-    def output_tokens_per_s_per_accelerator(self) -> float:
-        return self.output_tokens_per_s / self.accelerators
-
-    def sort_key(self) -> tuple:
-        """Canonical order used to break ties deterministically."""
-        return (self.role != ServingRole.AGGREGATED, str(self.role), self.rack_id, self.accelerators, self.layout.pp, -self.layout.tp,
-                self.layout.ep, self.batch, self.draft_tokens)
-
-    def describe(self) -> str:
-        role = "" if self.role is ServingRole.AGGREGATED else f"{self.role} "
-        mtp = f", MTP {self.draft_tokens} draft tokens" if self.draft_tokens else ""
-        return f"{role}{self.rack_id} {self.layout.describe()}, batch {self.batch}{mtp}"
-
-
-def served_tokens_per_s(chosen: Iterable[tuple[Candidate, int]]) -> float:
-    """Output tokens per second that the replicas `chosen` ((candidate, replicas) of one workload)
-    serve: what its aggregated or decode replicas make, or, with prefill and decode pools, the
-    smaller of that and what the prefill pool feeds (a pair serves the smaller of its two rates)."""
-    made = fed = 0.0
-    split = False
-    for c, replicas in chosen:
-        if c.role is ServingRole.PREFILL:
-            fed += replicas * c.output_tokens_per_s
-            split = True
-        else:
-            made += replicas * c.output_tokens_per_s
-    return min(made, fed) if split else made
-
-
-def handoff_s(prefill: Candidate, decode: Candidate) -> float:
-    """Time to move one request's prompt KV cache from a prefill replica to a decode replica over
-    the slower side's NICs (the planner's bound; a placement in one NVLink domain is faster)."""
-    return kv_handoff_s(prefill.kv_handoff_bytes, prefill.nic_bytes_per_s, decode.nic_bytes_per_s)
-
-
-def pair_ttft_s(prefill: Candidate, decode: Candidate) -> float:
-    """Mean TTFT of a disaggregated request: prefill (wait + prompt), KV hand-off, join a decode step."""
-    return prefill.ttft_s + handoff_s(prefill, decode) + decode.ttft_s
-
-
-def pair_ttft_p90_s(prefill: Candidate, decode: Candidate) -> float:
-    """The 90th percentile of a disaggregated request's TTFT, bounded above by the sum of its parts'
-    90th percentiles (what a TTFT limit holds at)."""
-    return prefill.ttft_p90_s + handoff_s(prefill, decode) + decode.ttft_p90_s
 
 
 @dataclass
@@ -201,11 +96,10 @@ class Chain:
     members: np.ndarray  # indices (into the table) of the batches that meet every limit
     reason: str  # what stops the largest of them growing
     spans: bool
-    notes: tuple[str, ...]
     handoff: tuple[float, float]
 
     def candidate(self, i: int, limit: str) -> Candidate:
-        return _candidate(self.inp, self.workload, self.table, i, limit, self.spans, self.notes, self.handoff)
+        return _candidate(self.inp, self.workload, self.table, i, limit, self.spans, self.handoff)
 
     def best_reason(self) -> str:
         """What stops the fastest feasible batch: what stops the largest, or, below it, the peak."""
@@ -237,7 +131,7 @@ def replica_usd_per_hour(inp: DeploymentInputs, table: BatchTable, i: int) -> fl
 
 
 def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTable, i: int, reason: str,
-               spans: bool, notes: tuple[str, ...], handoff: tuple[float, float] = (0.0, 0.0)) -> Candidate:
+               spans: bool, handoff: tuple[float, float] = (0.0, 0.0)) -> Candidate:
     step = dict(zip(("compute", "weights", "kv", "comm", "overhead"), (float(term[i]) for term in table.serving_step), strict=True))
     if inp.role is ServingRole.PREFILL:  # cost and demand are counted in the output tokens its prompts feed
         output_rate = float(table.sustained_input_tokens_per_s[i]) * workload.output_tokens / inp.prefilled_tokens
@@ -246,11 +140,7 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
     return Candidate(
         workload=workload.name,
         model_key=workload.model_key,
-        rack_id=inp.rack.id,
-        accelerator_id=inp.rack.accelerator.id,
-        layout=inp.layout,
-        batch=int(table.batches[i]),
-        precisions=inp.precisions,
+        inputs=replace(inp, batch_per_replica=int(table.batches[i])),
         tpot_s=0.0 if inp.role is ServingRole.PREFILL else float(table.tpot_s[i]),
         ttft_s=float(table.ttft_s[i]),
         ttft_p90_s=float(table.ttft_p90_s[i]),
@@ -261,14 +151,10 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
         dominant_term=StepTerm(max(step, key=step.__getitem__)),
         batch_limit=reason,
         spans_domains=spans,
-        notes=notes,
-        role=inp.role,
-        kv_tier=None if inp.prefix_cache is None or inp.role is ServingRole.DECODE else inp.prefix_cache.tier.id,
         storage_usd_per_hour=float(table.storage_usd_per_s[i]) * SECONDS_PER_HOUR,
         input_tokens_per_s=float(table.sustained_input_tokens_per_s[i]),
         kv_handoff_bytes=handoff[0],
         nic_bytes_per_s=handoff[1],
-        inputs=replace(inp, batch_per_replica=int(table.batches[i])),
     )
 
 
@@ -306,13 +192,13 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
                                      precisions, overheads, settings.serving, notes=notes, experts=experts)
             handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),
                        layout.n_accelerators * accel.achievable_scale_out_bytes_per_s)
-            searches.append(_layout_candidates(base, workload, settings, spans, notes, handoff, analysis))
+            searches.append(_layout_candidates(base, workload, settings, spans, handoff, analysis))
         run_together(searches)
     return analyses
 
 
 def _layout_candidates(base: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
-                       notes: tuple[str, ...], handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, None]:
+                       handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, None]:
     """One layout's candidates for `workload` in each role it allows, each number of draft tokens it
     allows (speculative decoding) and each place for its prompt cache (which is cheapest depends on
     the fleet: holding a prefix costs its tier's price, recomputing it prefill time), into `analysis`."""
@@ -322,7 +208,7 @@ def _layout_candidates(base: DeploymentInputs, workload: ResolvedWorkload, setti
             inp = replace(base, role=role, speculative=spec)
             for option in _cache_options(inp, workload):
                 result = yield from _role_candidates(inp if inp.prefix_cache is option else replace(inp, prefix_cache=option), workload,
-                                                     settings, spans, notes, handoff, analysis)
+                                                     settings, spans, handoff, analysis)
                 if isinstance(result, str):
                     reasons.append(result)
                 else:
@@ -342,7 +228,7 @@ def _cache_options(inp: DeploymentInputs, workload: ResolvedWorkload) -> list[Ca
     return ([None] if request.any_tier else []) + options
 
 
-def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool, notes: tuple[str, ...],
+def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
                      handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, list[Candidate] | str]:
     """The layout's candidates in one role, or the reason it has none: its largest feasible batch;
     for a latency objective every feasible batch; for a decode role also its chain of feasible
@@ -350,13 +236,13 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
     layout = inp.layout
     limits = limits_for(workload, inp.role, handoff[1], handoff[0], settings.confidence is Confidence.HIGH)
     if inp.role is ServingRole.PREFILL:  # prompts per pass: from one per attention rank and micro-batch to what the budget holds
-        return (yield from _prefill_candidates(inp, workload, limits, spans, notes, handoff, analysis))
+        return (yield from _prefill_candidates(inp, workload, limits, spans, handoff, analysis))
     if layout.pp * layout.dp_attn > settings.max_batch_per_replica:  # one sequence per stage and attention rank at the least
         return BatchLimit.MAX_BATCH
     if settings.every_batch:
         table = yield from every_batch(inp, settings.max_batch_per_replica)
         ok = np.flatnonzero(feasible(table, limits))
-        return [_candidate(inp, workload, table, int(i), BatchLimit.LADDER, spans, notes, handoff) for i in ok] if len(ok) else "limits"
+        return [_candidate(inp, workload, table, int(i), BatchLimit.LADDER, spans, handoff) for i in ok] if len(ok) else "limits"
     batches, grid_index, head = first_batches(layout.pp * layout.dp_attn, settings.max_batch_per_replica)
     first = yield inp, batches  # row 0: the smallest batch
     analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(first.used_bytes[0]))
@@ -367,13 +253,13 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
     found = yield from feasible_chain(inp, limits, first, grid_index, head)  # every feasible batch: the fastest is not always the largest
     if found is None:
         return limit_reason(first, limits, 0)
-    chain = Chain(inp, workload, *found, spans, notes, handoff)
+    chain = Chain(inp, workload, *found, spans, handoff)
     if inp.role is ServingRole.DECODE or settings.keep_batch_ladder:  # workload_candidates picks its batches: once its prefill
         analysis.chains.append(chain)  # partners are known (decode), and for a latency objective, which trades TPOT against throughput
     return [chain.candidate(chain.best(), chain.best_reason())]
 
 
-def _prefill_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, limits: Limits, spans: bool, notes: tuple[str, ...],
+def _prefill_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, limits: Limits, spans: bool,
                         handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, list[Candidate] | str]:
     """A prefill layout's candidates: its batch is the prompts one pass holds, so a larger batch
     prefills more per second and makes each prompt wait longer. Every batch within the TTFT limit and
@@ -392,5 +278,5 @@ def _prefill_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, limit
         return limit_reason(table, limits, 0)
     last = int(np.flatnonzero(ok)[-1])
     reason = BatchLimit.PREFILL if last == len(table.batches) - 1 else limit_reason(table, limits, last)
-    return [_candidate(inp, workload, table, i, reason if i == last else BatchLimit.LADDER, spans, notes, handoff)
+    return [_candidate(inp, workload, table, i, reason if i == last else BatchLimit.LADDER, spans, handoff)
             for i in np.flatnonzero(ok)]
