@@ -148,7 +148,7 @@ def render_curve(curve: BatchCurve, console: Console) -> None:
         if curve.tpot_limit_s is not None and t.tpot_s[i] > curve.tpot_limit_s:
             notes.append("over the TPOT limit")
         table.add_row(str(b), format_usd(float(curve.usd_per_million_output_tokens[i])), format_seconds(float(t.tpot_s[i])),
-                      *(format_seconds(float(term[i])) for term in t.serving_step), f"{t.used_bytes[i] / t.capacity_bytes:.0%}", ", ".join(notes))
+                      *(format_seconds(float(term[i])) for term in t.serving_step), f"{t.used_bytes[i] / t.memory.capacity_bytes:.0%}", ", ".join(notes))
     console.print(table)
     first = float(curve.usd_per_million_output_tokens[0])
     chosen = float(curve.usd_per_million_output_tokens[list(map(int, t.batches)).index(curve.chosen_batch)])
@@ -163,7 +163,7 @@ def curve_csv(curve: BatchCurve) -> str:
     t = curve.table
     for i, b in enumerate(t.batches):
         writer.writerow([int(b), f"{curve.usd_per_million_output_tokens[i]:.6g}", f"{t.tpot_s[i] / MS:.6g}", *(f"{term[i] / MS:.6g}" for term in t.serving_step),
-                         f"{t.used_bytes[i] / t.capacity_bytes:.4f}", int(t.fits[i])])
+                         f"{t.used_bytes[i] / t.memory.capacity_bytes:.4f}", int(t.fits[i])])
     return out.getvalue()
 
 

@@ -39,6 +39,7 @@ from planner.physics.prefill import PrefillPass, packed_prompts
 from planner.physics.roofline import StepTime, step_total_s
 from planner.physics.serving_steps import DecodeSteps, RoleStep, decode_steps, role_step
 from planner.physics.stages import Stages, stages
+from planner.physics.table_columns import DecodeColumns, MemoryColumns, joined, rows_of
 from planner.physics.step_parts import StepContext, StepTerms
 from planner.physics.uncertainty import FIRST_TOKEN, decode_regime, widen
 
@@ -130,10 +131,8 @@ class BatchTable:
     the whole step (the cycle requests wait for)."""
 
     batches: np.ndarray
-    compute_s: np.ndarray  # pure decode step terms (what a decode token costs alone)
-    weights_s: np.ndarray
-    kv_s: np.ndarray
-    comm_s: np.ndarray
+    decode: DecodeColumns  # the pure decode step's terms and range
+    memory: MemoryColumns  # HBM use and the prompt cache's bytes
     stage_time_s: np.ndarray  # the role's step on the slowest stage: mixed (aggregated), decode, or a prefill pass
     tpot_s: np.ndarray  # what a user waits per output token: pp x the (mixed) decode step
     ttft_s: np.ndarray  # mean TTFT at the replica's load (physics.first_token)
@@ -144,24 +143,14 @@ class BatchTable:
     ttft_low_ratio: np.ndarray  # p10 and p90 of TTFT from the kernel fits' spreads, as ratios to it
     ttft_high_ratio: np.ndarray
     decode_tokens_per_s: np.ndarray  # batch / pure decode TPOT
-    overhead_s: np.ndarray  # pure decode: kernel floors and elementwise work (calibrated model; 0 under the roofline)
     tpot_low_s: np.ndarray  # p10 and p90 of TPOT from the kernel fits' spreads (= tpot_s under the roofline)
     tpot_high_s: np.ndarray
-    decode_low_ratio: np.ndarray  # p10 and p90 of the pure decode step as ratios to it
-    decode_high_ratio: np.ndarray
     serving_step: tuple[np.ndarray, ...]  # the role's step terms (compute, weights, kv, comm, overhead), see above
     prefill_riders: np.ndarray  # prefill tokens per micro-batch step and stage (aggregated), else 0
     pass_tokens: np.ndarray  # prompt tokens per attention rank in one of the role's prefill passes
     pass_input_tokens_per_s: np.ndarray  # prompt tokens/s those passes take in, per replica, back to back
-    cache_bytes: np.ndarray  # prompt-cache bytes per accelerator (in HBM for the hbm tier, else in its tier)
-    cache_in_hbm: bool
-    cache_fits: np.ndarray  # the prompt cache fits its tier
     storage_usd_per_s: np.ndarray  # holding the prompt cache outside HBM, per replica
     touch: np.ndarray
-    weights_bytes: np.ndarray
-    kv_bytes: np.ndarray
-    activations_bytes: np.ndarray
-    capacity_bytes: float
     prefill_step: StepTime  # one full prefill pass (the budget's packed prompts) through the slowest stage
     prefill_tokens_per_s: float  # such passes back to back: the replica's prefill rate alone
     flops_per_s: float
@@ -176,11 +165,11 @@ class BatchTable:
 
     @property
     def used_bytes(self) -> np.ndarray:
-        return self.weights_bytes + self.kv_bytes + self.activations_bytes + (self.cache_bytes if self.cache_in_hbm else 0.0)
+        return self.memory.used_bytes
 
     @property
     def fits(self) -> np.ndarray:
-        return (self.used_bytes <= self.capacity_bytes) & self.cache_fits
+        return self.memory.fits
 
     input_tokens: int
     output_tokens: int
@@ -190,18 +179,11 @@ class BatchTable:
     def rows(self, index: np.ndarray | slice) -> "BatchTable":
         """The table at the batches `index` picks (a slice: views of this table's arrays): each batch's
         row depends on that batch alone."""
-        rows = object.__new__(BatchTable)  # a copy with the arrays cut (no __init__: the fields are this table's)
-        rows.__dict__.update({name: value[index] if isinstance(value, np.ndarray) else value for name, value in self.__dict__.items()},
-                             serving_step=tuple(term[index] for term in self.serving_step))
-        return rows
+        return rows_of(self, index)
 
     def followed_by(self, other: "BatchTable") -> "BatchTable":
         """This table's rows, then `other`'s (the same inputs at further batches)."""
-        rows = object.__new__(BatchTable)
-        rows.__dict__.update({name: np.concatenate([value, other.__dict__[name]]) if isinstance(value, np.ndarray) else value
-                              for name, value in self.__dict__.items()},
-                             serving_step=tuple(np.concatenate(pair) for pair in zip(self.serving_step, other.serving_step, strict=True)))
-        return rows
+        return joined(self, other)
 
     @property
     def sustained_output_tokens_per_s(self) -> np.ndarray:
@@ -355,18 +337,16 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     cache_bytes, cache_fits, storage, cache_in_hbm = _prompt_cache(inp, requests_per_s)
     decode_at = lambda a: _times(_at(a, decode_slowest), per_token)  # per output token: they sum to TPOT
     serving_at = lambda a: _times(_at(a, slowest), 1 if prefill else per_token)  # a prefill replica's step: one pass
+    decode = DecodeColumns(*(decode_at(term) for term in steps.pure.as_tuple()), decode_low, decode_high)
+    memory = MemoryColumns(weights_bytes, kv_bytes, activations_bytes, accel.hbm_capacity_bytes, cache_bytes, cache_in_hbm, cache_fits)
     return BatchTable(
-        batches=batches, compute_s=decode_at(steps.pure.compute), weights_s=decode_at(steps.pure.weights),
-        kv_s=decode_at(steps.pure.kv), comm_s=decode_at(steps.pure.comm), overhead_s=decode_at(steps.pure.overhead),
-        tpot_low_s=tpot * tpot_low, tpot_high_s=tpot * tpot_high,
-        decode_low_ratio=decode_low, decode_high_ratio=decode_high,
+        batches=batches, decode=decode, memory=memory, tpot_low_s=tpot * tpot_low, tpot_high_s=tpot * tpot_high,
         stage_time_s=stage_time, tpot_s=tpot, ttft_s=ttft.mean_s, ttft_p90_s=ttft.quantile_s, queue_s=ttft.wait_s,
         miss_service_s=miss, hit_service_s=np.zeros_like(batches) if hit is None else hit, ttft_low_ratio=ttft_low, ttft_high_ratio=ttft_high,
         decode_tokens_per_s=batches / decode_tpot,
         serving_step=tuple(serving_at(term) for term in role.serving.as_tuple()), prefill_riders=steps.riders,
         pass_tokens=role.pass_tokens, pass_input_tokens_per_s=pass_rate,
-        cache_bytes=cache_bytes, cache_in_hbm=cache_in_hbm, cache_fits=cache_fits, storage_usd_per_s=storage, touch=steps.touch,
-        weights_bytes=weights_bytes, kv_bytes=kv_bytes, activations_bytes=activations_bytes, capacity_bytes=accel.hbm_capacity_bytes,
+        storage_usd_per_s=storage, touch=steps.touch,
         prefill_step=fixed.prefill_step, prefill_tokens_per_s=fixed.prefill_tokens_per_s, flops_per_s=ctx.flops_per_s,
         hbm_bandwidth_bytes_per_s=ctx.hbm_bytes_per_s, step_model=model, kernel_source=ctx.rates.source if ctx.calibrated else "",
         input_tokens=inp.input_tokens, output_tokens=inp.output_tokens, role=inp.role, tokens_per_step=inp.tokens_per_step,

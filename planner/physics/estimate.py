@@ -60,8 +60,7 @@ class Estimate:
     def decode_step(self) -> StepTime:
         """A pure decode step, all pipeline stages (the TPOT of a decode-only replica)."""
         t = self.table
-        return _step(t, (t.compute_s, t.weights_s, t.kv_s, t.comm_s, t.overhead_s), self.inputs.overlap,
-                     self._at(t.decode_low_ratio), self._at(t.decode_high_ratio))
+        return _step(t, t.decode.terms, self.inputs.overlap, self._at(t.decode.low_ratio), self._at(t.decode.high_ratio))
 
     @functools.cached_property
     def prefill_chunk_step(self) -> StepTime:
@@ -135,7 +134,7 @@ class Estimate:
     @property
     def prompt_cache_bytes_per_accelerator(self) -> float:
         """In the cache's tier (HBM: counted in `memory`)."""
-        return self._at(self.table.cache_bytes)
+        return self._at(self.table.memory.cache_bytes)
 
     @property
     def storage_usd_per_hour(self) -> float:
@@ -144,9 +143,9 @@ class Estimate:
 
     @functools.cached_property
     def memory(self) -> MemoryUse:
-        t = self.table
-        return MemoryUse(self._at(t.weights_bytes), self._at(t.kv_bytes), self._at(t.activations_bytes), t.capacity_bytes,
-                         self._at(t.cache_bytes) if t.cache_in_hbm else 0.0)
+        m = self.table.memory
+        return MemoryUse(self._at(m.weights_bytes), self._at(m.kv_bytes), self._at(m.activations_bytes), m.capacity_bytes,
+                         self._at(m.cache_bytes) if m.cache_in_hbm else 0.0)
 
     @property
     def expert_touch_fraction(self) -> float:

@@ -147,7 +147,7 @@ def _candidate(inp: DeploymentInputs, workload: ResolvedWorkload, table: BatchTa
         decode_tokens_per_s=float(table.decode_tokens_per_s[i]),
         output_tokens_per_s=output_rate,
         usd_per_hour=replica_usd_per_hour(inp, table, i),
-        hbm_fill_fraction=float(table.used_bytes[i] / table.capacity_bytes),
+        hbm_fill_fraction=float(table.used_bytes[i] / table.memory.capacity_bytes),
         dominant_term=StepTerm(max(step, key=step.__getitem__)),
         batch_limit=reason,
         spans_domains=spans,
