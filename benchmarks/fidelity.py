@@ -50,10 +50,24 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
-from fidelity_groups import by_family, by_regime, family_of, print_breakdown, regimes_of, targets
 from expert_placement_rule import placement_argv
+from fidelity_groups import (
+    by_family,
+    by_regime,
+    family_of,
+    print_breakdown,
+    regimes_of,
+    targets,
+)
+from fidelity_metrics import (
+    LATENCY_UNITS,
+    compared_key,
+    field,
+    latency_metric,
+    skip_reason,
+    static_time_s,
+)
 from fidelity_spread import print_spreads, regime_spreads, spread_yaml
-from fidelity_metrics import LATENCY_UNITS, compared_key, field, latency_metric, skip_reason, static_time_s
 from trtllm_bench_rule import RULE as TRTLLM_BENCH_RULE
 from trtllm_bench_rule import replica_batch_limit, settings_for_row
 

@@ -3,8 +3,24 @@ without importing the physics)."""
 
 from enum import StrEnum
 
-__all__ = ["EXPERT_ROUTINGS", "BatchLimit", "CacheTier", "Confidence", "ConstraintFamily", "Engine", "ExpertMethod", "ExportFormat", "FamilyKind", "StageKind",
-           "OverlapPolicy", "ServingMode", "ServingRole", "SolveStatus", "StepModel", "StepTerm"]
+__all__ = [
+    "EXPERT_ROUTINGS",
+    "BatchLimit",
+    "CacheTier",
+    "Confidence",
+    "ConstraintFamily",
+    "Engine",
+    "ExpertMethod",
+    "ExportFormat",
+    "FamilyKind",
+    "OverlapPolicy",
+    "ServingMode",
+    "ServingRole",
+    "SolveStatus",
+    "StageKind",
+    "StepModel",
+    "StepTerm",
+]
 
 
 class OverlapPolicy(StrEnum):

@@ -505,6 +505,12 @@ def test_previous_plan_mistakes_name_the_field(tmp_path):
         resolve_problem(parse_problem(base | {"placement": {"previous_plan": str(tmp_path / "junk.json")}}))
     with pytest.raises(PlannerInputError, match="give placement.previous_plan"):
         parse_problem(base | {"placement": {"max_expert_moves_per_layer": 3}})
+    # read through a typed view of the plan: a wrong-typed map names where in the file it is wrong
+    broken = {"deployments": [{"model": "deepseek-v3", "expert_map": {"n_ranks": "eight", "slots_per_rank": 33,
+                                                                      "physical_to_logical_map": [[0]]}}]}
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    with pytest.raises(PlannerInputError, match=r"deployments\.0\.expert_map\.n_ranks"):
+        resolve_problem(parse_problem(base | {"placement": {"previous_plan": str(tmp_path / "broken.json")}}))
 
 
 def test_plans_load_through_the_typed_plan(plans, tmp_path, capsys):

@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the service's extra (fastapi) is not installed: pip install '.[serve]'")
 pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx: pip install '.[test]'")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from planner.service.app import create_app  # noqa: E402
+from planner.service.app import create_app
 
 _SPEC = importlib.util.spec_from_file_location("serve_hostile", Path(__file__).resolve().parents[1] / "benchmarks" / "serve_hostile.py")
 hostile = importlib.util.module_from_spec(_SPEC)

@@ -7,8 +7,8 @@ import math
 from planner import __version__
 from planner.limits import (
     MAX_BATCH_PER_REPLICA,
-    MAX_DRAFT_TOKENS,
     MAX_CURVE_POINTS,
+    MAX_DRAFT_TOKENS,
     MAX_FRONTIER_POINTS,
     MAX_INPUT_TOKENS,
     MAX_OUTPUT_TOKENS,

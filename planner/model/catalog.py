@@ -21,12 +21,12 @@ from planner.model.architecture import (
     MoE,
     PublishedCounts,
 )
-from planner.paths import data_dir
 from planner.modes import EXPERT_ROUTINGS
+from planner.paths import data_dir
 from planner.precision import Precision
 from planner.schema import CatalogId, EdgeModel
 
-__all__ = ["load_model_specs", "ModelCatalog", "ModelSpec", "arch_from_spec", "load_model_catalog"]
+__all__ = ["ModelCatalog", "ModelSpec", "arch_from_spec", "load_model_catalog", "load_model_specs"]
 
 PositiveInt = Annotated[int, Field(ge=1)]
 # Upper bounds keep a mistyped number from making the planner loop for minutes (10^8 layers did; 10^6 took 6 s):

@@ -30,7 +30,7 @@ from planner.output.launch import (
 from planner.output.plan import Plan, PlanDeployment
 from planner.output.plan_records import PlacedAccelerator
 
-__all__ = ["ENGINE_VERSIONS", "ENGINE_BUILDERS", "Ports", "draft_tokens", "hosts_of", "replicas_of"]
+__all__ = ["ENGINE_BUILDERS", "ENGINE_VERSIONS", "Ports", "draft_tokens", "hosts_of", "replicas_of"]
 
 # The engine releases whose parsers the flags were checked against (planner/output/engine_flags/).
 ENGINE_VERSIONS = {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23 (router: sglang-router 0.3.2)",

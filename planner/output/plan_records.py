@@ -20,8 +20,24 @@ from planner.limits import MAX_DRAFT_TOKENS, MAX_PARALLEL_DEGREE
 from planner.physics.deployment import Precisions
 from planner.precision import FlopsFormat, Precision
 
-__all__ = ["AcceleratorNode", "Degree", "Number", "ExpertLayer", "ExpertMap", "FleetRecord", "HandoffRecord", "MemoryRecord", "PlacedAccelerator",
-           "PlanPrecisions", "RackInstance", "RackInstanceName", "ServedRecord", "SolverRecord", "SpeculativeRecord", "finite"]
+__all__ = [
+    "AcceleratorNode",
+    "Degree",
+    "ExpertLayer",
+    "ExpertMap",
+    "FleetRecord",
+    "HandoffRecord",
+    "MemoryRecord",
+    "Number",
+    "PlacedAccelerator",
+    "PlanPrecisions",
+    "RackInstance",
+    "RackInstanceName",
+    "ServedRecord",
+    "SolverRecord",
+    "SpeculativeRecord",
+    "finite",
+]
 
 
 class _Strict(BaseModel):

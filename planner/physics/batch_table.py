@@ -19,13 +19,13 @@ import numpy as np
 from planner.hardware.kernels import kernel_rates
 from planner.model.architecture import kv_bytes_per_request, kv_bytes_per_sequence
 from planner.modes import Engine, ServingRole, StepModel
+from planner.physics.draft import draft_memory, prefill_with_draft
 from planner.physics.first_token import (
     FirstToken,
     aggregated_first_token,
     decode_first_token,
     prefill_first_token,
 )
-from planner.physics.draft import draft_memory, prefill_with_draft
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.kv_cache import cached_bytes
 from planner.physics.links import ReplicaLinks, default_replica_links, effective_links
@@ -39,8 +39,8 @@ from planner.physics.prefill import PrefillPass, packed_prompts
 from planner.physics.roofline import StepTime, step_total_s
 from planner.physics.serving_steps import DecodeSteps, RoleStep, decode_steps, role_step
 from planner.physics.stages import Stages, stages
-from planner.physics.table_columns import DecodeColumns, MemoryColumns, joined, rows_of
 from planner.physics.step_parts import StepContext, StepTerms
+from planner.physics.table_columns import DecodeColumns, MemoryColumns, joined, rows_of
 from planner.physics.uncertainty import FIRST_TOKEN, decode_regime, widen
 
 __all__ = ["PAGED_KV_HEADROOM", "BatchTable", "FixedParts", "evaluate_batches", "fixed_parts", "kv_reservation", "shares_prefill", "step_context"]

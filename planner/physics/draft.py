@@ -21,7 +21,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.model.architecture import ModelArch, kv_bytes_per_request, layer_params, mtp_module_params
+from planner.model.architecture import (
+    ModelArch,
+    kv_bytes_per_request,
+    layer_params,
+    mtp_module_params,
+)
 from planner.modes import StepModel
 from planner.physics.deployment import Layout, Precisions
 from planner.physics.inputs import DeploymentInputs

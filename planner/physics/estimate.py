@@ -18,9 +18,9 @@ from planner.physics.batch_table import (
     evaluate_batches,
     kv_reservation,
 )
-from planner.physics.first_token import TTFT_QUANTILE
 from planner.physics.cost import usd_per_million_tokens
 from planner.physics.draft import speculative_note
+from planner.physics.first_token import TTFT_QUANTILE
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.links import ReplicaLinks, default_replica_links
 from planner.physics.memory import MemoryUse

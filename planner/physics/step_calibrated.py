@@ -56,7 +56,13 @@ from planner.physics.step_parts import (
     roofline_exchange,
     touch_fraction,
 )
-from planner.precision import FlopsFormat, Precision, bytes_per_value, flops_format, matmul_format
+from planner.precision import (
+    FlopsFormat,
+    Precision,
+    bytes_per_value,
+    flops_format,
+    matmul_format,
+)
 
 __all__ = ["calibrated_comm", "calibrated_decode", "combine", "decode_attention", "elementwise", "gemm_classes"]
 

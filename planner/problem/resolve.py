@@ -9,7 +9,6 @@ import numpy as np
 from planner.errors import (
     InputIssue,
     PlannerInputError,
-    load_json_file,
     unknown_name_issue,
 )
 from planner.hardware.catalog import (
@@ -26,6 +25,7 @@ from planner.physics.deployment import Precisions
 from planner.physics.inputs import ServingOptions
 from planner.physics.speculation import Speculation
 from planner.problem.precisions import resolve_precisions
+from planner.problem.previous_plan import previous_expert_maps
 from planner.problem.schema import (
     CatalogModelRef,
     ConfigJsonModelRef,
@@ -334,33 +334,11 @@ def resolve_speculative(spec: SpeculativeSpec, arch: ModelArch, field_name: str)
 
 def _previous_expert_maps(path_text: str | None, base_dir: Path, models: dict[str, ResolvedModel],
                           issues: list[InputIssue]) -> dict[tuple[str, int, int], list[list[int]]]:
-    """Expert maps of a saved plan, keyed by (model id, ranks, slots per rank)."""
+    """Expert maps of the plan in service (placement.previous_plan), keyed by (model id, ranks, slots per rank)."""
     if path_text is None:
         return {}
-    field_name = "placement.previous_plan"
     path = Path(path_text)
-    path = path if path.is_absolute() else base_dir / path
-    try:
-        record = load_json_file(path, fix="point it at the JSON of the plan in service")
-        maps = {}
-        for d in record["deployments"]:
-            emap = d.get("expert_map")
-            if emap:
-                maps[(d["model"], int(emap["n_ranks"]), int(emap["slots_per_rank"]))] = [[int(e) for e in row] for row in emap["physical_to_logical_map"]]
-    except PlannerInputError as exc:
-        issues += [InputIssue(field_name, f"{issue.field}: {issue.problem}", issue.fix) for issue in exc.issues]
-        return {}
-    except (KeyError, TypeError, ValueError) as exc:
-        issues.append(InputIssue(field_name, f"{path} is not a plan written by `planner solve --json` ({exc})",
-                                 "point it at the JSON of the plan in service"))
-        return {}
-    ids = {m.arch.id: m.arch for m in models.values()}
-    for (model_id, ranks, slots), rows in maps.items():
-        arch = ids.get(model_id)
-        if arch is not None and (len(rows) != arch.n_layers or any(len(row) != ranks * slots for row in rows)):
-            issues.append(InputIssue(field_name, f"the expert map of {model_id} has {len(rows)} rows of {len(rows[0]) if rows else 0} "
-                                                 f"slots, {arch.n_layers} rows of {ranks * slots} expected", "use a plan of the same model"))
-    return maps
+    return previous_expert_maps(path if path.is_absolute() else base_dir / path, {m.arch.id: m.arch for m in models.values()}, issues)
 
 
 def _unavailable(names: list[str], counts: list[tuple[RackType, int | None]], issues: list[InputIssue]) -> dict[str, dict[int, tuple[int, ...]]]:

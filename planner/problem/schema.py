@@ -47,7 +47,7 @@ from planner.modes import Confidence, Engine, OverlapPolicy, ServingMode, StepMo
 from planner.precision import Precision
 from planner.schema import CatalogId, EdgeModel, Name
 
-__all__ = ["CatalogModelRef", "ClusterSpec", "ConfigJsonModelRef", "Demand", "ExpertLoadSpec", "InlineModelRef", "ModelRef", "Objective", "PlacementOptions", "PrecisionSpec", "PrefixCacheSpec", "Problem", "SpeculativeSpec", "RackCount", "SolverOptions", "SyntheticLoad", "WorkloadSpec", "load_problem", "parse_problem", "problem_json_schema"]
+__all__ = ["CatalogModelRef", "ClusterSpec", "ConfigJsonModelRef", "Demand", "ExpertLoadSpec", "InlineModelRef", "ModelRef", "Objective", "PlacementOptions", "PrecisionSpec", "PrefixCacheSpec", "Problem", "RackCount", "SolverOptions", "SpeculativeSpec", "SyntheticLoad", "WorkloadSpec", "load_problem", "parse_problem", "problem_json_schema"]
 
 class Objective(StrEnum):
     MIN_COST = "min_cost"  # cheapest fleet for the demand (or cheapest cost per token without demand)

@@ -14,7 +14,12 @@ from planner.modes import Confidence
 from planner.output.export import export_plan
 from planner.output.placement_picture import COLOUR_BY, placement_svg
 from planner.output.plan import Plan
-from planner.service.inputs import bundled_problems, command_args, problem_input, resolved_plan_problem
+from planner.service.inputs import (
+    bundled_problems,
+    command_args,
+    problem_input,
+    resolved_plan_problem,
+)
 from planner.units import MS
 
 __all__ = ["ACTIONS", "Limits", "OutOfTime", "action_answer", "catalog_answer", "problems_answer", "schema_answer", "to_json"]

@@ -9,7 +9,12 @@ from pathlib import Path
 
 from planner.cli.common import plan_from_document
 from planner.cli.parser import build_parser
-from planner.errors import InputIssue, PlannerInputError, load_yaml_file, unknown_name_issue
+from planner.errors import (
+    InputIssue,
+    PlannerInputError,
+    load_yaml_file,
+    unknown_name_issue,
+)
 from planner.output.plan import Plan
 from planner.paths import data_dir
 from planner.problem.resolve import resolve_problem

@@ -28,10 +28,15 @@ from planner.modes import (
     StepTerm,
 )
 from planner.physics.estimate import BatchTable, DeploymentInputs
-from planner.physics.inputs import ExpertFigures, ServingOptions, deployment_inputs, deployment_issues
-from planner.physics.prefill import packed_prompts
+from planner.physics.inputs import (
+    ExpertFigures,
+    ServingOptions,
+    deployment_inputs,
+    deployment_issues,
+)
 from planner.physics.kv_cache import CacheUse, tiers_for
 from planner.physics.links import default_replica_links
+from planner.physics.prefill import packed_prompts
 from planner.placement.groups import ranks_per_domain
 from planner.problem.resolve import ResolvedWorkload, resolve_precisions
 from planner.problem.schema import PrecisionSpec
@@ -46,7 +51,13 @@ from planner.solver.batch_search import (
     limit_reason,
     limits_for,
 )
-from planner.solver.candidate import Candidate, handoff_s, pair_ttft_p90_s, pair_ttft_s, served_tokens_per_s
+from planner.solver.candidate import (
+    Candidate,
+    handoff_s,
+    pair_ttft_p90_s,
+    pair_ttft_s,
+    served_tokens_per_s,
+)
 from planner.solver.layouts import enumerate_layouts
 from planner.solver.shared_tables import run_together
 from planner.units import SECONDS_PER_HOUR

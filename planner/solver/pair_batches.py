@@ -34,7 +34,13 @@ from planner.modes import BatchLimit, ServingRole
 from planner.physics.links import kv_handoff_s
 from planner.problem.resolve import ResolvedWorkload
 from planner.problem.schema import Objective
-from planner.solver.candidates import Candidate, Chain, RackAnalysis, pair_ttft_p90_s, replica_usd_per_hour
+from planner.solver.candidates import (
+    Candidate,
+    Chain,
+    RackAnalysis,
+    pair_ttft_p90_s,
+    replica_usd_per_hour,
+)
 from planner.solver.latency_batches import LatencyLadder
 from planner.solver.model_builder import (
     THROUGHPUT_RESOLUTION,

@@ -16,7 +16,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-__all__ = ["Spread", "make_app", "main", "parser"]
+__all__ = ["Spread", "main", "make_app", "parser"]
 
 TIMEOUT_S = None  # a long prompt's prefill or a long answer has no natural bound
 
