@@ -166,8 +166,7 @@ class Estimate:
     @property
     def tpot_range_s(self) -> tuple[float, float]:
         """p10, p90 from the kernel fits (equal to tpot_s under the roofline)."""
-        tpot, t = self.tpot_s, self.table
-        return tpot * (self._at(t.tpot_low_s) / tpot), tpot * (self._at(t.tpot_high_s) / tpot)
+        return self._at(self.table.tpot_low_s), self._at(self.table.tpot_high_s)
 
     @property
     def ttft_range_s(self) -> tuple[float, float]:
