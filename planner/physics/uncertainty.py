@@ -4,11 +4,13 @@ spread such predictions show against published serving measurements.
 A kernel class's spread (`hardware.kernels.Spread`, from the calibration's leave-one-out residuals)
 says how well the measured kernel tables are reproduced: a step to +-5-10%. An engine serving a
 whole model adds what no kernel table measures: scheduling between steps, the engine release,
-routing and batching as they happen. `topologies/model_spread.yaml` holds, per regime, the 10th
-and 90th percentile of measured time over predicted time on the project's published measurements
-(`python benchmarks/fidelity.py --all --write-spread topologies/model_spread.yaml` writes it; the
-predictions' medians do not depend on it). The stated p10-p90 range of a prediction is the wider
-of the two on each side. The medians are never moved by it.
+routing and batching as they happen. `topologies/model_spread.yaml` holds, per regime, an 80%
+prediction band (p10, p90) of measured time over predicted time on the project's published
+measurements: split-conformal order statistics, over the regime's own rows where they differ from
+the other regimes' and over all rows where they do not (`python benchmarks/fidelity.py --all
+--write-spread topologies/model_spread.yaml` writes it, and its docstring says why; the predictions'
+medians do not depend on it). The stated p10-p90 range of a prediction is the wider of the two on
+each side. The medians are never moved by it.
 
 Regimes: `decode_dense` and `decode_moe` (TPOT and the throughput of decode and mixed steps),
 `first_token` (TTFT and prefill passes).
@@ -33,7 +35,7 @@ DECODE_DENSE, DECODE_MOE, FIRST_TOKEN = "decode_dense", "decode_moe", "first_tok
 
 @dataclass(frozen=True)
 class RegimeSpread:
-    """Measured over predicted time of one regime's published rows: 10th and 90th percentile."""
+    """Measured over predicted time on the published rows: the bounds of the regime's 80% band."""
 
     p10: float = 1.0
     p90: float = 1.0
@@ -45,6 +47,8 @@ class _RegimeSpec(EdgeModel):
     p50: float = Field(gt=0)
     p90: float = Field(gt=0)
     rows: int = Field(ge=1)
+    band_rows: int | None = Field(default=None, ge=1)  # the rows the band was built from (documentary)
+    ks_p: float | None = Field(default=None, ge=0, le=1)
     leave_one_family_out_coverage: float | None = Field(default=None, ge=0, le=1)
 
 
