@@ -23,7 +23,11 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from planner.errors import PlannerInputError, issues_from_validation_error, load_yaml_file
+from planner.errors import (
+    PlannerInputError,
+    issues_from_validation_error,
+    load_yaml_file,
+)
 from planner.paths import data_dir
 from planner.schema import EdgeModel
 
