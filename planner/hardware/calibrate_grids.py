@@ -29,7 +29,6 @@ leave-one-out errors flatters the chosen one's error slightly (the lesser of two
 candidates are fixed in advance, two, so the flattery is small.
 """
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,10 +131,13 @@ def _windows(values: np.ndarray, half_width: int) -> np.ndarray:
 
 
 def _median(stack: np.ndarray) -> np.ndarray:
-    """Median over axis 0 ignoring NaN; NaN where every value is."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows: NaN, as meant
-        return np.nanmedian(stack, axis=0)
+    """Median over axis 0 ignoring NaN (the mean of the two middle values of an even count); NaN where
+    every value is. np.nanmedian gives the same, slower on the many small grids of a table."""
+    ordered = np.sort(stack, axis=0)  # NaN last
+    count = (~np.isnan(stack)).sum(axis=0)
+    low = np.take_along_axis(ordered, np.maximum((count - 1) // 2, 0)[None], axis=0)[0]
+    high = np.take_along_axis(ordered, (count // 2)[None], axis=0)[0] if len(stack) else low
+    return np.where(count > 0, (low + high) / 2.0, np.nan)
 
 
 def smooth_first_axis(raw: np.ndarray, half_width: int = SMOOTH_HALF_WIDTH) -> np.ndarray:
