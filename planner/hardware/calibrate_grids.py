@@ -86,6 +86,8 @@ def _fill(values: np.ndarray, log_axes: list[np.ndarray]) -> np.ndarray:
     """Nodes without a measurement, filled along each axis in turn by interpolation between (and
     constant beyond) the measured nodes of their line; any still empty get 0 (no correction)."""
     out = values.copy()
+    if not np.isnan(out).any():
+        return out
     for _ in range(len(log_axes)):
         for axis, nodes in enumerate(log_axes):
             moved = np.moveaxis(out, axis, -1)
@@ -146,12 +148,13 @@ def smooth_first_axis(raw: np.ndarray, half_width: int = SMOOTH_HALF_WIDTH) -> n
     return _median(_windows(raw, half_width))
 
 
-def _smoothed_estimates(raw: np.ndarray, smoothed: np.ndarray, counts: np.ndarray, others: np.ndarray, log_axes: list[np.ndarray],
+def _smoothed_estimates(windows: np.ndarray, smoothed: np.ndarray, counts: np.ndarray, others: np.ndarray, log_axes: list[np.ndarray],
                         node_rows: tuple[np.ndarray, ...]) -> np.ndarray:
     """Leave-one-out estimates, on the smoothed grid, of rows at nodes: the median of the measured
     nodes within reach along axis 0 with the row's own node left out (a lone row) or holding the mean
-    of its other rows; where no other node is within reach, the smoothed neighbours along each axis."""
-    around = _windows(raw, SMOOTH_HALF_WIDTH)[(slice(None), *node_rows)]
+    of its other rows; where no other node is within reach, the smoothed neighbours along each axis.
+    `windows`: the raw grid's `_windows`."""
+    around = windows[(slice(None), *node_rows)]
     n = counts[node_rows]
     around[SMOOTH_HALF_WIDTH] = np.where(n > 1, others, np.nan)
     estimate = _median(around)
@@ -175,14 +178,14 @@ def build_grid(axes: list[AxisSpec], log_correction: np.ndarray) -> tuple[GridBu
     raw = np.where(counts > 0, sums / np.maximum(counts, 1.0), np.nan)
     rows, n = np.flatnonzero(on_node), counts[node_rows]
     others = (sums[node_rows] - log_correction[rows]) / np.maximum(n - 1, 1.0)
-    builds = []
-    for smoothed in (None, smooth_first_axis(raw)):
+    builds, windows = [], _windows(raw, SMOOTH_HALF_WIDTH)
+    for smoothed in (None, _median(windows)):
         values = _fill(raw if smoothed is None else smoothed, log_axes)
         predicted = _held_out(axes, log_axes, values, on_node)
         if smoothed is None:
             predicted[rows] = np.where(n > 1, others, _neighbour_estimates(raw, counts, log_axes, node_rows))
         else:
-            predicted[rows] = _smoothed_estimates(raw, smoothed, counts, others, log_axes, node_rows)
+            predicted[rows] = _smoothed_estimates(windows, smoothed, counts, others, log_axes, node_rows)
             predicted[np.isnan(builds[0].predicted_log)] = np.nan
         builds.append(GridBuild(values, counts, predicted - log_correction, predicted))
     return builds[0], builds[1]
