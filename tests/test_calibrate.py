@@ -328,7 +328,7 @@ def test_leave_one_out_on_a_hand_made_table():
     # log factors at m = 1, 2, 4, 8, a second measurement at m = 4, and m = 3 between nodes
     m = np.array([1.0, 2.0, 4.0, 8.0, 4.0, 3.0])
     log_c = np.array([0.0, 0.4, 0.2, 0.6, 0.3, 0.1])
-    build = build_grid([AxisSpec(m, np.array([1.0, 2.0, 4.0, 8.0]))], log_c)
+    build = build_grid([AxisSpec(m, np.array([1.0, 2.0, 4.0, 8.0]))], log_c)[0]
     assert build.values == pytest.approx([0.0, 0.4, 0.25, 0.6])  # the node at m = 4 holds the mean of its two rows
     # m = 1 and 8: edges, not scored. m = 2: halfway (in log m) between 1 and 4 -> (0 + 0.25) / 2.
     # m = 4 (either row): the other row of its node. m = 3: held out, interpolated between 2 and 4 at

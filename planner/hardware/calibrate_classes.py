@@ -85,28 +85,48 @@ def _record(fit: Fit, name: str, latency_s: np.ndarray, predicted_s: np.ndarray)
                          "rows": len(latency_s), "loo_rows": scored}
 
 
+def _chosen(latency_s: np.ndarray, candidates: list[np.ndarray]) -> int:
+    """Index of the candidate leave-one-out predictions with the smallest mean absolute log error over
+    the rows every candidate scores (ties, or no row scored: the first, the raw grid)."""
+    scored = np.logical_and.reduce([np.isfinite(p) & (p > 0) for p in candidates])
+    if not scored.any():
+        return 0
+    loss = [float(np.mean(np.abs(np.log(p[scored] / latency_s[scored])))) for p in candidates]
+    return int(np.argmin(loss))
+
+
+def _floored(predicted_s: np.ndarray, floor_s) -> np.ndarray:
+    return predicted_s if floor_s is None else np.maximum(predicted_s, floor_s)
+
+
 def scored_grid(ctx, name: str, fit: Fit, latency_s: np.ndarray, axes: list[AxisSpec], floor_s=None) -> dict:
-    """Build the correction grid of `fit` over `axes`, store it as `name`, and score it."""
-    build = build_grid(axes, np.log(latency_s / fit.fitted_s))
-    ctx.grids[name] = Grid(tuple(a.nodes for a in axes), build.values)
-    predicted = fit.fitted_s * np.exp(build.predicted_log)
-    return _record(fit, name, latency_s, predicted if floor_s is None else np.maximum(predicted, floor_s))
+    """Build the correction grids of `fit` over `axes` (raw and smoothed, calibrate_grids.py), store the
+    one that predicts its held-out rows better as `name`, and score it."""
+    builds = build_grid(axes, np.log(latency_s / fit.fitted_s))
+    predicted = [_floored(fit.fitted_s * np.exp(b.predicted_log), floor_s) for b in builds]
+    best = _chosen(latency_s, predicted)
+    ctx.grids[name] = Grid(tuple(a.nodes for a in axes), builds[best].values)
+    return _record(fit, name, latency_s, predicted[best]) | ({"smoothed": True} if best else {})
 
 
 def scored_grid_set(ctx, name: str, fit: Fit, latency_s: np.ndarray, keys: np.ndarray, key_names: tuple[str, ...],
                     coords: list[np.ndarray], nodes: list[np.ndarray], floor_s=None) -> dict:
-    """One correction grid per distinct row of `keys` (rows of equal keys pooled) over shared axes."""
+    """One correction grid per distinct row of `keys` (rows of equal keys pooled) over shared axes; the
+    set raw or smoothed as a whole, whichever predicts its held-out rows better."""
     distinct, which = np.unique(np.round(keys, 9), axis=0, return_inverse=True)
-    values, predicted_log = [], np.full(len(latency_s), np.nan)
+    values = [[], []]
+    predicted_log = np.full((2, len(latency_s)), np.nan)
     log_correction = np.log(latency_s / fit.fitted_s)
     for i in range(len(distinct)):
         rows = which.ravel() == i
-        build = build_grid([AxisSpec(c[rows], n) for c, n in zip(coords, nodes, strict=True)], log_correction[rows])
-        values.append(build.values)
-        predicted_log[rows] = build.predicted_log
-    ctx.grids[name] = GridSet(key_names, distinct, tuple(nodes), np.stack(values))
-    predicted = fit.fitted_s * np.exp(predicted_log)
-    return _record(fit, name, latency_s, predicted if floor_s is None else np.maximum(predicted, floor_s))
+        builds = build_grid([AxisSpec(c[rows], n) for c, n in zip(coords, nodes, strict=True)], log_correction[rows])
+        for j, build in enumerate(builds):
+            values[j].append(build.values)
+            predicted_log[j, rows] = build.predicted_log
+    predicted = [_floored(fit.fitted_s * np.exp(p), floor_s) for p in predicted_log]
+    best = _chosen(latency_s, predicted)
+    ctx.grids[name] = GridSet(key_names, distinct, tuple(nodes), np.stack(values[best]))
+    return _record(fit, name, latency_s, predicted[best]) | ({"smoothed": True} if best else {})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,7 +48,9 @@ KERNELS_HEADER = """\
 # (nvfp4 0.5625, mxfp4 0.53125). t0 (alpha) is measured, not fitted: the median latency of the least-work 1% of the table's shapes.
 # fit_spread = [p10, p50, p90] of measured / form. loo_error = [median, p90] of |predicted / measured - 1| when each measured row
 # is predicted with itself (its grid node) left out (loo_rows scored of `rows`); spread = [p10, p50, p90] of measured / predicted over
-# the same rows: the range a prediction quotes. suspect: tables left out because their measurement looks wrong.
+# the same rows: the range a prediction quotes. smoothed: the grid is a running median of five nodes along its first axis, kept
+# because its leave-one-out mean |log error| was below the raw grid's (calibrate_grids.py). suspect: tables left out because their
+# measurement looks wrong.
 """
 
 

@@ -218,6 +218,7 @@ class _SpreadFields(EdgeModel):
     grid: str | None = None  # name in the accelerator's grid file
     loo_error: tuple[float, float] | None = None  # leave-one-out [median, p90] of |predicted / measured - 1|
     loo_rows: int | None = None
+    smoothed: bool = False  # the grid is a running median along its first axis (planner/hardware/calibrate_grids.py)
     fit_spread: tuple[float, float, float] | None = None
 
 
@@ -391,8 +392,7 @@ def _load(directory: Path) -> dict[tuple[str, Engine], KernelRates]:
 
 @functools.lru_cache(maxsize=256)  # asked once per evaluated layout: 13.6k times when a 40-workload fleet is enumerated
 def kernel_rates(accelerator: str, engine: Engine, directory: Path | None = None) -> KernelRates | None:
-    """The curves of `accelerator` under `engine`; an engine without tables there falls back to
-    another engine's (TensorRT-LLM, then SGLang, then vLLM). None when nothing covers the part."""
+    """The curves of `accelerator` under `engine`, else another engine's there (TensorRT-LLM, SGLang, vLLM); None if none covers it."""
     table = _load((directory or data_dir("topologies")).resolve())
     for e in (engine, Engine.TRTLLM, Engine.SGLANG, Engine.VLLM):
         if (accelerator, e) in table:
