@@ -220,13 +220,15 @@ def _prompt_cache(inp: DeploymentInputs, requests_per_s: np.ndarray) -> tuple[np
     return per_accelerator, fits, held * cache.tier.usd_per_byte_s, False
 
 
-def step_context(inp: DeploymentInputs, links: ReplicaLinks) -> StepContext:
+def step_context(inp: DeploymentInputs, links: ReplicaLinks, reuse: dict | None = None) -> StepContext:
+    """`inp`'s step context over `links`; `reuse`: kernel times shared with the other contexts of one
+    enumeration (`StepContext.reused`)."""
     accel = inp.rack.accelerator
     fmt = inp.precisions.compute
     rates = kernel_rates(accel.id, inp.engine, accel.kernels_dir) if inp.step_model is StepModel.CALIBRATED else None
     return StepContext(inp, stages(inp.arch, inp.layout.pp), links, effective_links(links, accel),
                        accel.achievable_flops_per_s(fmt),
-                       accel.achievable_hbm_bytes_per_s, rates)
+                       accel.achievable_hbm_bytes_per_s, rates, reuse)
 
 
 def _totals(terms: StepTerms, inp: DeploymentInputs, model: StepModel) -> np.ndarray:
@@ -267,11 +269,13 @@ def shares_prefill(a: DeploymentInputs, b: DeploymentInputs) -> bool:
     return (a.speculative is None) == (b.speculative is None) and replace(a, **plain) == replace(b, **plain)
 
 
-def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None, like: FixedParts | None = None) -> FixedParts:
+def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None, like: FixedParts | None = None,
+                reuse: dict | None = None) -> FixedParts:
     """`inp`'s fixed parts; `like`: those of inputs that share its prefill pass (`shares_prefill`),
-    whose pass is taken as it is."""
+    whose pass is taken as it is; `reuse`: see `step_context`."""
     lay = inp.layout
-    ctx = step_context(inp, like.ctx.links if like else links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s))
+    ctx = step_context(inp, like.ctx.links if like else links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s),
+                       reuse)
     if like is not None:
         return replace(like, ctx=ctx, memory_per_stage=_kept_memory(ctx))
     model = StepModel.CALIBRATED if ctx.calibrated else StepModel.ROOFLINE

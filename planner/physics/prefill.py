@@ -11,7 +11,7 @@ from planner.model.architecture import (
     layer_windows,
 )
 from planner.hardware.kernels import PrefillAttention
-from planner.physics.kernels import prefill_attention_kernel
+from planner.physics.kernels import KernelTime, prefill_attention_kernel
 from planner.physics.memory import kv_shard_fraction, weight_bytes_per_accelerator
 from planner.physics.roofline import (
     causal_attention_pairs,
@@ -89,6 +89,12 @@ def _prefill_attention(ctx: StepContext) -> tuple[PrefillAttention, float]:
     return curve, accel.dense_flops_per_s.get("bf16", max(accel.dense_flops_per_s.values()))
 
 
+def _prefill_attention_time(ctx: StepContext, attention_flops: np.ndarray) -> KernelTime:
+    """Prefill attention of a stage's layers doing `attention_flops` (n, pp) on a rank."""
+    curve, bf16 = ctx.shared(("prefill attention",), lambda: (ctx.inp.layout.tp,), lambda: _prefill_attention(ctx))
+    return prefill_attention_kernel(curve, attention_flops, ctx.inp.input_tokens, ctx.st.n_layers, bf16)
+
+
 def _full(a, one: np.ndarray) -> np.ndarray:
     """`a` x ones of `one`'s shape (`a` itself when it has that shape: the same numbers)."""
     return a if np.shape(a) == one.shape else np.asarray(a, dtype=float) * one
@@ -105,8 +111,8 @@ def prefill_pass(ctx: StepContext, prompts_per_rank) -> PrefillPass:
     one = np.ones((len(tokens), lay.pp))
     if ctx.calibrated:
         classes = gemm_classes(ctx, tokens_rank, tokens_stage)
-        curve, bf16 = ctx.shared(("prefill attention",), lambda: (lay.tp,), lambda: _prefill_attention(ctx))
-        attention = prefill_attention_kernel(curve, attention_flops, inp.input_tokens, st.n_layers, bf16)
+        attention = ctx.reused(("prefill attention", lay.pp, lay.tp, inp.input_tokens), (attention_flops,),
+                               lambda: _prefill_attention_time(ctx, attention_flops))
         classes += [attention, elementwise(ctx, tokens_rank)]
         comm, spread = calibrated_comm(ctx, tokens_rank, tokens_stage, "normal")
         terms = combine(classes, _full(comm, one), spread)

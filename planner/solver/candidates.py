@@ -184,6 +184,7 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
     analyses = [RackAnalysis(w.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes, max_stage_size=max_stage)
                 for w in workloads]
     accel = rack.accelerator
+    reuse: dict = {}  # kernel times layouts share (those that differ only in expert parallelism, mostly): this enumeration's
     for layout in enumerate_layouts(arch, rack, precisions, overheads, max_stage, max_accelerators):
         for analysis in analyses:
             analysis.layouts_tried += 1
@@ -204,7 +205,7 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
             handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),
                        layout.n_accelerators * accel.achievable_scale_out_bytes_per_s)
             searches.append(_layout_candidates(base, workload, settings, spans, handoff, analysis))
-        run_together(searches)
+        run_together(searches, reuse)
     return analyses
 
 
