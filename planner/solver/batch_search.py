@@ -1,7 +1,10 @@
 """The batches a layout serves within a workload's limits: checked on a grid of batch sizes, then
 every multiple of the batch granularity up to the first grid point past the last that passes
 (`feasible_chain`). A layout's first table holds its grid and its first HEAD_MULTIPLES multiples
-(`first_batches`), so that a chain ending there needs no second table.
+(`first_batches`), so that a chain ending there needs no second table; once a layout's chain has run
+further, later layouts of the same granularity in the enumeration start with as many (`Reach`, at
+most MAX_HEAD_MULTIPLES). How a layout's rows are split between its tables changes no number: each
+batch's row depends on that batch alone.
 
 The searches are generators: each batch table they need is asked for by yielding (inputs, batches)
 and comes back through `send`, so that `shared_tables.run_together` can evaluate the tables of
@@ -18,12 +21,13 @@ from planner.modes import BatchLimit, ServingRole
 from planner.physics.estimate import BatchTable, DeploymentInputs
 from planner.problem.resolve import ResolvedWorkload
 
-__all__ = ["Limits", "Request", "batch_grid", "every_batch", "feasible", "feasible_chain", "first_batches", "limit_reason", "limits_for"]
+__all__ = ["Limits", "Reach", "Request", "batch_grid", "every_batch", "feasible", "feasible_chain", "first_batches", "limit_reason", "limits_for"]
 
 GRID_STEPS = (1.0, 1.5)  # batch grid: multiples 1, 1.5, 2, 3, 4, 6, 8, ... of the batch granularity
 # A layout's first table also holds every multiple of its granularity up to this many: most layouts'
 # feasible batches end below it, and a table's fixed cost is that of hundreds of rows.
 HEAD_MULTIPLES = 32
+MAX_HEAD_MULTIPLES = 128  # what a first table grows to after longer chains of its granularity (a row costs ~1/250 of a table)
 
 Request = tuple[DeploymentInputs, np.ndarray]  # what a search yields: the inputs and batches of a table it needs
 
@@ -43,17 +47,31 @@ def _grid(granularity: int, max_batch: int) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=1024)
-def first_batches(granularity: int, max_batch: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """A layout's first table: its batches (the grid and the first multiples of the granularity,
-    sorted), the indices of the grid's batches among them, and how many multiples lead them (rows
-    0..head-1 are the multiples 1..head). Read only: cached."""
+def first_batches(granularity: int, max_batch: int, head_multiples: int = HEAD_MULTIPLES) -> tuple[np.ndarray, np.ndarray, int]:
+    """A layout's first table: its batches (the grid and the first `head_multiples` multiples of the
+    granularity, sorted), the indices of the grid's batches among them, and how many multiples lead
+    them (rows 0..head-1 are the multiples 1..head). Read only: cached."""
     grid = batch_grid(granularity, max_batch)
-    head = min(HEAD_MULTIPLES, max_batch // granularity)
+    head = min(head_multiples, max_batch // granularity)
     batches = np.union1d(np.arange(1, head + 1) * float(granularity), grid)
     grid_index = np.searchsorted(batches, grid)
     batches.setflags(write=False)
     grid_index.setflags(write=False)
     return batches, grid_index, head
+
+
+class Reach:
+    """How many multiples of each granularity the first tables of an enumeration's next layouts hold:
+    HEAD_MULTIPLES, or the longest chain of that granularity so far (at most MAX_HEAD_MULTIPLES)."""
+
+    def __init__(self) -> None:
+        self._multiples: dict[int, int] = {}
+
+    def head(self, granularity: int) -> int:
+        return self._multiples.get(granularity, HEAD_MULTIPLES)
+
+    def saw(self, granularity: int, chain_multiples: int) -> None:
+        self._multiples[granularity] = max(self.head(granularity), min(chain_multiples, MAX_HEAD_MULTIPLES))
 
 
 @dataclass(frozen=True)
