@@ -296,14 +296,15 @@ def _first_token_of_role(inp: DeploymentInputs, role: RoleStep, steps: DecodeSte
     return aggregated_first_token(inp, stage_s, carrying_s, steps.own_tokens)
 
 
-def _slowest(totals: np.ndarray) -> np.ndarray | None:
-    """Each row's slowest stage; None with one stage (every row's only one)."""
-    return None if totals.shape[1] == 1 else np.argmax(totals, axis=1)
+def _slowest(totals: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each row's slowest stage, as the (rows, stages) index of an (n, pp) array; None with one stage
+    (every row's only one)."""
+    return None if totals.shape[1] == 1 else (np.arange(len(totals)), np.argmax(totals, axis=1))
 
 
-def _at(a: np.ndarray, slowest: np.ndarray | None) -> np.ndarray:
+def _at(a: np.ndarray, slowest: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
     """Each row of `a` (n, pp) at its stage in `slowest` (see `_slowest`)."""
-    return a[:, 0] if slowest is None else a[np.arange(len(a)), slowest]
+    return a[:, 0] if slowest is None else a[slowest]
 
 
 def _times(a: np.ndarray, factor: float) -> np.ndarray:
