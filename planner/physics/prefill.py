@@ -1,6 +1,8 @@
 """One prefill forward pass per attention rank on every pipeline stage, under either step model."""
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,20 +40,19 @@ __all__ = ["PrefillPass", "pass_shape", "packed_prompts", "prefill_pass"]
 @dataclass(frozen=True)
 class PrefillPass:
     """Prefill forward passes per attention rank on every stage, one row per pass size (arrays of
-    shape (n, pp), or (n,) for the per-pass counts)."""
+    shape (n, pp), or (n,) for the per-pass counts). Their step terms are evaluated on first use: a
+    decode-side table needs only the passes' shape and attention."""
 
-    terms: StepTerms
     attention_s: np.ndarray  # the attention part (what a prefill token adds to a mixed decode step)
     tokens: np.ndarray  # prompt tokens per attention rank in the pass
     prompts: np.ndarray  # whole prompts in the pass (1 / chunks when a prompt needs several)
     passes_per_prompt: int
+    step_terms: Callable[[], StepTerms] = field(repr=False, compare=False)  # evaluates `terms`
 
-    def row(self, index: int) -> "PrefillPass":
-        """The pass of one row, kept two-dimensional."""
-        cut = slice(index, index + 1)
-        return PrefillPass(StepTerms(*(a[cut] for a in (self.terms.compute, self.terms.weights, self.terms.kv, self.terms.comm,
-                                                         self.terms.overhead, self.terms.low_ratio, self.terms.high_ratio))),
-                           self.attention_s[cut], self.tokens[cut], self.prompts[cut], self.passes_per_prompt)
+    @functools.cached_property
+    def terms(self) -> StepTerms:
+        """The passes' step terms (n, pp) on every stage."""
+        return self.step_terms()
 
 
 def packed_prompts(prompt_tokens: int, budget_tokens: int) -> int:
@@ -110,13 +111,15 @@ def prefill_pass(ctx: StepContext, prompts_per_rank) -> PrefillPass:
     tokens_rank, tokens_stage = tokens[:, None], tokens[:, None] * lay.dp_attn
     one = np.ones((len(tokens), lay.pp))
     if ctx.calibrated:
-        classes = gemm_classes(ctx, tokens_rank, tokens_stage)
         attention = ctx.reused(("prefill attention", lay.pp, lay.tp, inp.input_tokens), (attention_flops,),
                                lambda: _prefill_attention_time(ctx, attention_flops))
-        classes += [attention, elementwise(ctx, tokens_rank)]
-        comm, spread = calibrated_comm(ctx, tokens_rank, tokens_stage, "normal")
-        terms = combine(classes, _full(comm, one), spread)
-        return PrefillPass(_broadcast(terms, one), _full(attention.total_s, one), tokens, prompts, n_chunks)
+
+        def terms() -> StepTerms:
+            classes = [*gemm_classes(ctx, tokens_rank, tokens_stage), attention, elementwise(ctx, tokens_rank)]
+            comm, spread = calibrated_comm(ctx, tokens_rank, tokens_stage, "normal")
+            return _broadcast(combine(classes, _full(comm, one), spread), one)
+
+        return PrefillPass(_full(attention.total_s, one), tokens, prompts, n_chunks, terms)
     windows = layer_windows(arch)
     flops = (matmul_flops(st.dense_params, tokens_rank) + matmul_flops(st.head_params, np.maximum(prompts, 1.0)[:, None])) / lay.tp
     flops = flops + attention_flops + matmul_flops(st.routed_active_params, tokens_stage) / lay.stage_size * inp.expert_imbalance
@@ -129,7 +132,7 @@ def prefill_pass(ctx: StepContext, prompts_per_rank) -> PrefillPass:
     comm = roofline_comm(ctx, tokens_rank, tokens_stage)
     terms = StepTerms(compute_time_s(flops, ctx.flops_per_s) * one, memory_time_s(weights, ctx.hbm_bytes_per_s) * one,
                       memory_time_s(kv, ctx.hbm_bytes_per_s) * one, comm * one, 0.0 * one, one, one)
-    return PrefillPass(terms, compute_time_s(attention_flops, ctx.flops_per_s) * one, tokens, prompts, n_chunks)
+    return PrefillPass(compute_time_s(attention_flops, ctx.flops_per_s) * one, tokens, prompts, n_chunks, lambda: terms)
 
 
 def _per_stage_rows(st: Stages, per_layer_rows: np.ndarray) -> np.ndarray:

@@ -208,6 +208,7 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
                        layout.n_accelerators * accel.achievable_scale_out_bytes_per_s)
             searches.append(_layout_candidates(base, workload, settings, spans, handoff, analysis, reach))
         run_together(searches, reuse)
+    reuse.clear()  # what a table evaluates later (its full prefill pass, on first use) need not keep all this alive
     return analyses
 
 
