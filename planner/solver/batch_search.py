@@ -133,32 +133,35 @@ def limit_reason(table: BatchTable, limits: Limits, index: int) -> BatchLimit:
 
 
 def feasible_chain(inp: DeploymentInputs, limits: Limits, first: BatchTable, grid_index: np.ndarray,
-                   head: int) -> Generator[Request, BatchTable, tuple[BatchTable, np.ndarray, str] | None]:
+                   head: int) -> Generator[Request, BatchTable, tuple[BatchTable, np.ndarray, str, int] | None]:
     """From the layout's first table (`first_batches`: its grid at `grid_index`, the multiples 1..head
-    of the granularity in its first rows): its table at every multiple of the granularity up to the
-    first grid point past the last feasible one, the indices of the feasible batches in it, and the
-    reason the batch after the largest of them fails (None when even the smallest fails)."""
+    of the granularity in its first rows): a table whose first `top` rows are the layout at every
+    multiple of the granularity up to the first grid point past the last feasible one (`first`
+    itself when they are among its rows), the indices of the feasible batches among those rows, the
+    reason the batch after the largest of them fails, and `top` (None when even the smallest fails)."""
     q = inp.layout.pp * inp.layout.dp_attn
     checks = _checks(first, limits)
-    ok = _all_pass(first, checks)[grid_index]
+    passed = _all_pass(first, checks)
+    ok = passed[grid_index]
     if not ok[0]:
         return None
     grid = first.batches[grid_index]
     last = int(np.flatnonzero(ok)[-1])
     top = (int(grid[last]) if last == len(grid) - 1 else int(grid[last + 1]) - q) // q
-    if top <= head:
-        chain = first if top == len(first.batches) else first.rows(slice(0, top))
+    if top <= head:  # rows 0..top-1 of the first table (checks on rows are the rows of the checks)
+        chain, chain_checks = first, checks
     else:
         rest = yield inp, np.arange(head + 1, top + 1) * float(q)
         chain = first.rows(slice(0, head)).followed_by(rest)
-    chain_checks = _checks(chain, limits)
-    members = np.flatnonzero(_all_pass(chain, chain_checks))
+        chain_checks = _checks(chain, limits)
+        passed = _all_pass(chain, chain_checks)
+    members = np.flatnonzero(passed[:top])
     largest = int(members[-1])
-    if largest + 1 < len(chain.batches):
+    if largest + 1 < top:
         reason = _first_failed(chain_checks, largest + 1)
     else:
         reason = BatchLimit.MAX_BATCH if last == len(grid) - 1 else _first_failed(checks, int(grid_index[last + 1]))
-    return chain, members, reason
+    return chain, members, reason, top
 
 
 def every_batch(inp: DeploymentInputs, max_batch: int) -> Generator[Request, BatchTable, BatchTable]:

@@ -269,10 +269,12 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
     found = yield from feasible_chain(inp, limits, first, grid_index, head)  # every feasible batch: the fastest is not always the largest
     if found is None:
         return limit_reason(first, limits, 0)
-    reach.saw(q, len(found[0].batches))
-    chain = Chain(inp, workload, *found, spans, handoff)
-    if inp.role is ServingRole.DECODE or settings.keep_batch_ladder:  # workload_candidates picks its batches: once its prefill
-        analysis.chains.append(chain)  # partners are known (decode), and for a latency objective, which trades TPOT against throughput
+    table, members, reason, top = found
+    reach.saw(q, top)
+    kept = inp.role is ServingRole.DECODE or settings.keep_batch_ladder  # a kept chain's table is its `top` rows
+    chain = Chain(inp, workload, table.rows(slice(0, top)) if kept and top < len(table.batches) else table, members, reason, spans, handoff)
+    if kept:  # workload_candidates picks its batches: once its prefill partners are known (decode), and for a
+        analysis.chains.append(chain)  # latency objective, which trades TPOT against throughput
     return [chain.candidate(chain.best(), chain.best_reason())]
 
 
