@@ -67,11 +67,16 @@ class Reach:
     def __init__(self) -> None:
         self._multiples: dict[int, int] = {}
 
-    def head(self, granularity: int) -> int:
+    def head(self, granularity: int, max_batch: int) -> int:
+        """Multiples of `granularity` the next first table holds (before the cap `max_batch`). Where
+        a table of the usual HEAD_MULTIPLES would leave a second table of one row (the cap allows one
+        multiple more), the usual: see `feasible_chain`."""
+        if max_batch // granularity == HEAD_MULTIPLES + 1:
+            return HEAD_MULTIPLES
         return self._multiples.get(granularity, HEAD_MULTIPLES)
 
     def saw(self, granularity: int, chain_multiples: int) -> None:
-        self._multiples[granularity] = max(self.head(granularity), min(chain_multiples, MAX_HEAD_MULTIPLES))
+        self._multiples[granularity] = max(self._multiples.get(granularity, HEAD_MULTIPLES), min(chain_multiples, MAX_HEAD_MULTIPLES))
 
 
 @dataclass(frozen=True)
@@ -151,8 +156,12 @@ def feasible_chain(inp: DeploymentInputs, limits: Limits, first: BatchTable, gri
     if top <= head:  # rows 0..top-1 of the first table (checks on rows are the rows of the checks)
         chain, chain_checks = first, checks
     else:
-        rest = yield inp, np.arange(head + 1, top + 1) * float(q)
-        chain = first.rows(slice(0, head)).followed_by(rest)
+        # A table of one row and one stage sums its GEMM shapes in another order than a table of
+        # several (numpy reduces a contiguous axis pairwise), so a row is evaluated alone only where a
+        # first table of HEAD_MULTIPLES leaves it alone too (`Reach.head`), else with the row before.
+        start = head if top == head + 1 and head > HEAD_MULTIPLES else head + 1
+        rest = yield inp, np.arange(start, top + 1) * float(q)
+        chain = first.rows(slice(0, start - 1)).followed_by(rest)
         chain_checks = _checks(chain, limits)
         passed = _all_pass(chain, chain_checks)
     members = np.flatnonzero(passed[:top])

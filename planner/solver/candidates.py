@@ -259,7 +259,7 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
         ok = np.flatnonzero(feasible(table, limits))
         return [_candidate(inp, workload, table, int(i), BatchLimit.LADDER, spans, handoff) for i in ok] if len(ok) else "limits"
     q = layout.pp * layout.dp_attn
-    batches, grid_index, head = first_batches(q, settings.max_batch_per_replica, reach.head(q))
+    batches, grid_index, head = first_batches(q, settings.max_batch_per_replica, reach.head(q, settings.max_batch_per_replica))
     first = yield inp, batches  # row 0: the smallest batch
     analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(first.used_bytes[0]))
     if not first.fits[0]:
