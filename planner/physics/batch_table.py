@@ -329,7 +329,8 @@ def _first_token_of_role(inp: DeploymentInputs, role: RoleStep, steps: DecodeSte
         return prefill_first_token(inp, stage_s, role.passes_per_prompt)
     if inp.role is ServingRole.DECODE:
         return decode_first_token(inp, stage_s)
-    carrying_s = np.max(_totals(role.carrying, inp, model), axis=1)
+    carrying = _totals(role.carrying, inp, model)
+    carrying_s = carrying[:, 0] if carrying.shape[1] == 1 else np.max(carrying, axis=1)  # the slowest stage's
     return aggregated_first_token(inp, stage_s, carrying_s, steps.own_tokens)
 
 

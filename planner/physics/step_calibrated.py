@@ -25,6 +25,7 @@ from planner.physics.kernels import (
     GemmPart,
     KernelTime,
     all_reduce_kernel,
+    all_to_all_factor,
     all_to_all_kernel,
     decode_attention_kernel,
     dense_gemm_time,
@@ -271,11 +272,18 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
         return roofline_exchange(ctx, tokens_rank * lay.dp_attn), Spread()
     tokens = tokens_rank * inp.expert_imbalance * lay.expert_tp
     local, remote = tokens * x.local, tokens * x.remote
-    found: dict = {}  # both phases read their grids at these tokens
-    total = sum(all_to_all_kernel(curve, tokens_rank, x.key, local * per_copy, remote * per_copy, x.nic_bytes_per_s, ctx.st.n_moe_layers, found,
-                                  ctx.eff.latency_s)
-                for curve, per_copy in zip(x.curves, x.per_copy, strict=True))
+    factors = ctx.reused(("all-to-all factors", mode, x.key), (tokens_rank,), lambda: _exchange_factors(x, tokens_rank))
+    total = sum(all_to_all_kernel(curve, tokens_rank, x.key, local * per_copy, remote * per_copy, x.nic_bytes_per_s, ctx.st.n_moe_layers, None,
+                                  ctx.eff.latency_s, factor)
+                for curve, per_copy, factor in zip(x.curves, x.per_copy, factors, strict=True))
     return total, x.curves[-1].spread
+
+
+def _exchange_factors(x: _Exchange, tokens_rank: np.ndarray) -> tuple:
+    """Each phase's grid factor at `tokens_rank` (they depend on the engine's curves and the model's
+    expert shape alone, so layouts of other widths share them)."""
+    found: dict = {}  # both phases read their grids at these tokens
+    return tuple(all_to_all_factor(curve, x.key, tokens_rank, found) for curve in x.curves)
 
 
 def calibrated_comm(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.ndarray, mode: str) -> tuple[np.ndarray, Spread]:
