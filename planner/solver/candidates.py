@@ -185,7 +185,8 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
     analyses = [RackAnalysis(w.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes, max_stage_size=max_stage)
                 for w in workloads]
     accel = rack.accelerator
-    reuse: dict = {}  # kernel times layouts share (those that differ only in expert parallelism, mostly): this enumeration's
+    # kernel times layouts share: those of a MoE model that differ only in expert parallelism, mostly (a dense model's share none)
+    reuse: dict | None = {} if arch.is_moe else None
     reach = Reach()  # how far its layouts' first tables go
     for layout in enumerate_layouts(arch, rack, precisions, overheads, max_stage, max_accelerators):
         for analysis in analyses:
@@ -208,7 +209,8 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
                        layout.n_accelerators * accel.achievable_scale_out_bytes_per_s)
             searches.append(_layout_candidates(base, workload, settings, spans, handoff, analysis, reach))
         run_together(searches, reuse)
-    reuse.clear()  # what a table evaluates later (its full prefill pass, on first use) need not keep all this alive
+    if reuse is not None:  # what a table evaluates later (its full prefill pass, on first use) need not keep all this alive
+        reuse.clear()
     return analyses
 
 
