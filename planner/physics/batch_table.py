@@ -12,6 +12,7 @@ Step 3 takes the slowest stage, then derives latencies (TTFT from the queueing m
 `physics.first_token`), throughputs, memory and the prompt cache.
 """
 
+import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -43,7 +44,7 @@ from planner.physics.step_parts import StepContext, StepTerms
 from planner.physics.table_columns import DecodeColumns, MemoryColumns, joined, rows_of
 from planner.physics.uncertainty import FIRST_TOKEN, decode_regime, widen
 
-__all__ = ["PAGED_KV_HEADROOM", "BatchTable", "FixedParts", "evaluate_batches", "fixed_parts", "kv_reservation", "shares_prefill", "step_context"]
+__all__ = ["PAGED_KV_HEADROOM", "BatchTable", "FixedParts", "FullPass", "evaluate_batches", "fixed_parts", "kv_reservation", "shares_prefill", "step_context"]
 
 # Engines page the KV cache and hold each sequence at its current length; in steady in-flight
 # batching a sequence is on average half way through its output. HBM keeps this much above that
@@ -148,11 +149,10 @@ class BatchTable:
     serving_step: tuple[np.ndarray, ...]  # the role's step terms (compute, weights, kv, comm, overhead), see above
     prefill_riders: np.ndarray  # prefill tokens per micro-batch step and stage (aggregated), else 0
     pass_tokens: np.ndarray  # prompt tokens per attention rank in one of the role's prefill passes
-    pass_input_tokens_per_s: np.ndarray  # prompt tokens/s those passes take in, per replica, back to back
+    own_pass_input_tokens_per_s: np.ndarray | None  # a prefill replica's: see pass_input_tokens_per_s (None: the other roles)
     storage_usd_per_s: np.ndarray  # holding the prompt cache outside HBM, per replica
     touch: np.ndarray
-    prefill_step: StepTime  # one full prefill pass (the budget's packed prompts) through the slowest stage
-    prefill_tokens_per_s: float  # such passes back to back: the replica's prefill rate alone
+    full_pass: "FullPass"  # prefill_step and prefill_tokens_per_s
     flops_per_s: float
     hbm_bandwidth_bytes_per_s: float
     step_model: StepModel
@@ -162,6 +162,23 @@ class BatchTable:
     def ttft_high_s(self) -> np.ndarray:
         """The 90th percentile of TTFT with every kernel at the p90 of its rate (`--confidence high`)."""
         return self.ttft_p90_s * self.ttft_high_ratio
+
+    @property
+    def prefill_step(self) -> StepTime:
+        """One full prefill pass (the budget's packed prompts) through the slowest stage."""
+        return self.full_pass.step
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        """Such passes back to back: the replica's prefill rate alone."""
+        return self.full_pass.tokens_per_s
+
+    @property
+    def pass_input_tokens_per_s(self) -> np.ndarray:
+        """Prompt tokens/s the role's prefill passes take in, per replica, back to back (full passes but
+        for a prefill replica)."""
+        own = self.own_pass_input_tokens_per_s
+        return own if own is not None else np.full_like(self.batches, self.prefill_tokens_per_s)
 
     @property
     def used_bytes(self) -> np.ndarray:
@@ -220,13 +237,15 @@ def _prompt_cache(inp: DeploymentInputs, requests_per_s: np.ndarray) -> tuple[np
     return per_accelerator, fits, held * cache.tier.usd_per_byte_s, False
 
 
-def step_context(inp: DeploymentInputs, links: ReplicaLinks) -> StepContext:
+def step_context(inp: DeploymentInputs, links: ReplicaLinks, reuse: dict | None = None) -> StepContext:
+    """`inp`'s step context over `links`; `reuse`: kernel times shared with the other contexts of one
+    enumeration (`StepContext.reused`)."""
     accel = inp.rack.accelerator
     fmt = inp.precisions.compute
     rates = kernel_rates(accel.id, inp.engine, accel.kernels_dir) if inp.step_model is StepModel.CALIBRATED else None
     return StepContext(inp, stages(inp.arch, inp.layout.pp), links, effective_links(links, accel),
                        accel.achievable_flops_per_s(fmt),
-                       accel.achievable_hbm_bytes_per_s, rates)
+                       accel.achievable_hbm_bytes_per_s, rates, reuse)
 
 
 def _totals(terms: StepTerms, inp: DeploymentInputs, model: StepModel) -> np.ndarray:
@@ -248,9 +267,32 @@ class FixedParts:
     ctx: StepContext
     model: StepModel
     pf: PrefillPass  # one full pass: the budget's packed prompts, or one chunk (one row)
-    prefill_step: StepTime  # that pass through the slowest stage
-    prefill_tokens_per_s: float
+    full_pass: "FullPass"  # that pass through the slowest stage, and its rate
     memory_per_stage: tuple[np.ndarray, np.ndarray]  # weight bytes per accelerator, KV bytes per sequence (pp,)
+
+
+class FullPass:
+    """A full prefill pass through the slowest stage (its range stated) and the prefill rate of such
+    passes back to back, evaluated on first use: an estimate reports them, the enumeration's tables
+    never read them. Pickled as the two values."""
+
+    def __init__(self, pf: PrefillPass, inp: DeploymentInputs, model: StepModel) -> None:
+        self._parts = (pf, inp, model)
+
+    @functools.cached_property
+    def step(self) -> StepTime:
+        pf, inp, model = self._parts
+        step = _slowest_step(pf.terms, inp, model)
+        low, high = _stated(model, step.low_ratio, step.high_ratio, FIRST_TOKEN)
+        return step._replace(low_ratio=float(low), high_ratio=float(high))
+
+    @functools.cached_property
+    def tokens_per_s(self) -> float:
+        pf, inp, _ = self._parts
+        return float(pf.tokens[0]) * inp.layout.dp_attn / self.step.total_s
+
+    def __getstate__(self) -> dict:
+        return {"step": self.step, "tokens_per_s": self.tokens_per_s}
 
 
 def _slowest_step(terms: StepTerms, inp: DeploymentInputs, model: StepModel, row: int = 0) -> StepTime:
@@ -267,19 +309,18 @@ def shares_prefill(a: DeploymentInputs, b: DeploymentInputs) -> bool:
     return (a.speculative is None) == (b.speculative is None) and replace(a, **plain) == replace(b, **plain)
 
 
-def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None, like: FixedParts | None = None) -> FixedParts:
+def fixed_parts(inp: DeploymentInputs, links: ReplicaLinks | None = None, like: FixedParts | None = None,
+                reuse: dict | None = None) -> FixedParts:
     """`inp`'s fixed parts; `like`: those of inputs that share its prefill pass (`shares_prefill`),
-    whose pass is taken as it is."""
+    whose pass is taken as it is; `reuse`: see `step_context`."""
     lay = inp.layout
-    ctx = step_context(inp, like.ctx.links if like else links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s))
+    ctx = step_context(inp, like.ctx.links if like else links or default_replica_links(inp.rack, lay, inp.overheads.collective_latency_s),
+                       reuse)
     if like is not None:
         return replace(like, ctx=ctx, memory_per_stage=_kept_memory(ctx))
     model = StepModel.CALIBRATED if ctx.calibrated else StepModel.ROOFLINE
     pf = prefill_with_draft(ctx, np.array([float(max(packed_prompts(inp.input_tokens, inp.prefill_chunk_tokens), 1))]))
-    prefill_step = _slowest_step(pf.terms, inp, model)
-    low, high = _stated(model, prefill_step.low_ratio, prefill_step.high_ratio, FIRST_TOKEN)
-    prefill_step = prefill_step._replace(low_ratio=float(low), high_ratio=float(high))
-    return FixedParts(ctx, model, pf, prefill_step, float(pf.tokens[0]) * lay.dp_attn / prefill_step.total_s, _kept_memory(ctx))
+    return FixedParts(ctx, model, pf, FullPass(pf, inp, model), _kept_memory(ctx))
 
 
 def _first_token_of_role(inp: DeploymentInputs, role: RoleStep, steps: DecodeSteps, stage_s: np.ndarray,
@@ -288,18 +329,20 @@ def _first_token_of_role(inp: DeploymentInputs, role: RoleStep, steps: DecodeSte
         return prefill_first_token(inp, stage_s, role.passes_per_prompt)
     if inp.role is ServingRole.DECODE:
         return decode_first_token(inp, stage_s)
-    carrying_s = np.max(_totals(role.carrying, inp, model), axis=1)
+    carrying = _totals(role.carrying, inp, model)
+    carrying_s = carrying[:, 0] if carrying.shape[1] == 1 else np.max(carrying, axis=1)  # the slowest stage's
     return aggregated_first_token(inp, stage_s, carrying_s, steps.own_tokens)
 
 
-def _slowest(totals: np.ndarray) -> np.ndarray | None:
-    """Each row's slowest stage; None with one stage (every row's only one)."""
-    return None if totals.shape[1] == 1 else np.argmax(totals, axis=1)
+def _slowest(totals: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each row's slowest stage, as the (rows, stages) index of an (n, pp) array; None with one stage
+    (every row's only one)."""
+    return None if totals.shape[1] == 1 else (np.arange(len(totals)), np.argmax(totals, axis=1))
 
 
-def _at(a: np.ndarray, slowest: np.ndarray | None) -> np.ndarray:
+def _at(a: np.ndarray, slowest: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
     """Each row of `a` (n, pp) at its stage in `slowest` (see `_slowest`)."""
-    return a[:, 0] if slowest is None else a[np.arange(len(a)), slowest]
+    return a[:, 0] if slowest is None else a[slowest]
 
 
 def _times(a: np.ndarray, factor: float) -> np.ndarray:
@@ -331,7 +374,7 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
                                  else (_times(stage_time, per_token), *_stated(model, low, high, decode_regime(inp.arch.is_moe))))
     ttft_low, ttft_high = _stated(model, low, high, FIRST_TOKEN)
     ttft, miss, hit = _first_token_of_role(inp, role, steps, stage_time, model)
-    pass_rate = role.pass_tokens * lay.dp_attn / stage_time if prefill else np.full_like(batches, fixed.prefill_tokens_per_s)
+    pass_rate = role.pass_tokens * lay.dp_attn / stage_time if prefill else None
     requests_per_s = pass_rate / inp.prefilled_tokens if prefill else batches / tpot / inp.output_tokens
     weights_bytes, kv_bytes, activations_bytes = _memory(inp, fixed.memory_per_stage, role.pass_tokens, batches)
     cache_bytes, cache_fits, storage, cache_in_hbm = _prompt_cache(inp, requests_per_s)
@@ -345,9 +388,8 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
         miss_service_s=miss, hit_service_s=np.zeros_like(batches) if hit is None else hit, ttft_low_ratio=ttft_low, ttft_high_ratio=ttft_high,
         decode_tokens_per_s=batches / decode_tpot,
         serving_step=tuple(serving_at(term) for term in role.serving.as_tuple()), prefill_riders=steps.riders,
-        pass_tokens=role.pass_tokens, pass_input_tokens_per_s=pass_rate,
-        storage_usd_per_s=storage, touch=steps.touch,
-        prefill_step=fixed.prefill_step, prefill_tokens_per_s=fixed.prefill_tokens_per_s, flops_per_s=ctx.flops_per_s,
+        pass_tokens=role.pass_tokens, own_pass_input_tokens_per_s=pass_rate,
+        storage_usd_per_s=storage, touch=steps.touch, full_pass=fixed.full_pass, flops_per_s=ctx.flops_per_s,
         hbm_bandwidth_bytes_per_s=ctx.hbm_bytes_per_s, step_model=model, kernel_source=ctx.rates.source if ctx.calibrated else "",
         input_tokens=inp.input_tokens, output_tokens=inp.output_tokens, role=inp.role, tokens_per_step=inp.tokens_per_step,
     )

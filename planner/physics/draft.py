@@ -148,7 +148,7 @@ def prefill_with_draft(ctx: StepContext, prompts_per_rank) -> PrefillPass:
     draft = prefill_pass(draft_context(ctx), prompts_per_rank)
     attention = pf.attention_s.copy()
     attention[:, -1:] += draft.attention_s
-    return replace(pf, terms=_on_last_stage(ctx, pf.terms, [draft.terms]), attention_s=attention)
+    return replace(pf, step_terms=lambda: _on_last_stage(ctx, pf.terms, [draft.terms]), attention_s=attention)
 
 
 def draft_memory(inp: DeploymentInputs, context_tokens: float) -> tuple[float, float]:

@@ -60,7 +60,8 @@ def first_token(cycle_s: np.ndarray, paths: list[ServicePath], quantile: float =
     taken = [p for p in paths if p.probability > 0]
     service = sum(p.probability * np.asarray(p.service_s, dtype=float) for p in taken)
     tail_paths = [p for p in taken if p.probability >= 1 - quantile] or [max(taken, key=lambda p: p.probability)]
-    tail = np.maximum.reduce([np.asarray(p.service_s, dtype=float) * np.ones_like(cycle) for p in tail_paths])
+    tails = [np.asarray(p.service_s, dtype=float) * np.ones_like(cycle) for p in tail_paths]
+    tail = tails[0] if len(tails) == 1 else np.maximum.reduce(tails)
     return FirstToken(cycle / 2, service + 0.0 * cycle, quantile * cycle + tail)
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "ExpertShape",
     "KernelTime",
     "all_reduce_kernel",
+    "all_to_all_factor",
     "all_to_all_kernel",
     "decode_attention_kernel",
     "elementwise_kernel",
@@ -308,14 +309,22 @@ def all_reduce_kernel(curve: Collective, message_bytes, n_members: int, n_calls)
     return n_calls * per_call * correction * curve.spread.p50
 
 
-def all_to_all_kernel(curve: AllToAll, tokens, key: tuple[float, float, float], in_domain_bytes, cross_domain_bytes,
-                      cross_domain_bytes_per_s: float, n_calls, found: dict | None = None, cross_domain_latency_s: float = 0.0) -> np.ndarray:
-    """n_calls expert all-to-all phases of `tokens` per rank: the in-domain part at the measured rate
-    (alpha + bytes / rate, times the grid of the (hidden, topk, experts) measured nearest to `key`)
-    or the part crossing scale-up domains (alpha + the network's fixed latency + bytes over the NICs),
-    whichever is slower. `found`: `Grid.along`'s cells at these tokens, shared with the other phase."""
+def all_to_all_factor(curve: AllToAll, key: tuple[float, float, float], tokens, found: dict | None = None):
+    """The grid factor of an all-to-all phase at `tokens` per rank: the grid of the (hidden, topk,
+    experts) measured nearest to `key` (1 without a grid). `found`: `Grid.along`'s cells at these
+    tokens, shared with the other phase."""
     grid = grid_of(curve, key)
-    correction = grid.along(0, np.maximum(tokens, 1e-9), ((),), found)[0] if grid is not None else 1.0
+    return grid.along(0, np.maximum(tokens, 1e-9), ((),), found)[0] if grid is not None else 1.0
+
+
+def all_to_all_kernel(curve: AllToAll, tokens, key: tuple[float, float, float], in_domain_bytes, cross_domain_bytes,
+                      cross_domain_bytes_per_s: float, n_calls, found: dict | None = None, cross_domain_latency_s: float = 0.0,
+                      correction=None) -> np.ndarray:
+    """n_calls expert all-to-all phases of `tokens` per rank: the in-domain part at the measured rate
+    (alpha + bytes / rate, times `all_to_all_factor`, or `correction` when the caller has it) or the
+    part crossing scale-up domains (alpha + the network's fixed latency + bytes over the NICs),
+    whichever is slower."""
+    correction = all_to_all_factor(curve, key, tokens, found) if correction is None else correction
     in_domain = (curve.alpha_s + alpha_rate_s(in_domain_bytes, curve.bytes_per_s)) * correction
     crossing = np.asarray(cross_domain_bytes) > 0
     cross = curve.alpha_s + np.where(crossing, cross_domain_latency_s, 0.0) + alpha_rate_s(cross_domain_bytes, cross_domain_bytes_per_s)

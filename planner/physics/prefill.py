@@ -1,6 +1,8 @@
 """One prefill forward pass per attention rank on every pipeline stage, under either step model."""
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -11,7 +13,7 @@ from planner.model.architecture import (
     layer_windows,
 )
 from planner.hardware.kernels import PrefillAttention
-from planner.physics.kernels import prefill_attention_kernel
+from planner.physics.kernels import KernelTime, prefill_attention_kernel
 from planner.physics.memory import kv_shard_fraction, weight_bytes_per_accelerator
 from planner.physics.roofline import (
     causal_attention_pairs,
@@ -38,20 +40,19 @@ __all__ = ["PrefillPass", "pass_shape", "packed_prompts", "prefill_pass"]
 @dataclass(frozen=True)
 class PrefillPass:
     """Prefill forward passes per attention rank on every stage, one row per pass size (arrays of
-    shape (n, pp), or (n,) for the per-pass counts)."""
+    shape (n, pp), or (n,) for the per-pass counts). Their step terms are evaluated on first use: a
+    decode-side table needs only the passes' shape and attention."""
 
-    terms: StepTerms
     attention_s: np.ndarray  # the attention part (what a prefill token adds to a mixed decode step)
     tokens: np.ndarray  # prompt tokens per attention rank in the pass
     prompts: np.ndarray  # whole prompts in the pass (1 / chunks when a prompt needs several)
     passes_per_prompt: int
+    step_terms: Callable[[], StepTerms] = field(repr=False, compare=False)  # evaluates `terms`
 
-    def row(self, index: int) -> "PrefillPass":
-        """The pass of one row, kept two-dimensional."""
-        cut = slice(index, index + 1)
-        return PrefillPass(StepTerms(*(a[cut] for a in (self.terms.compute, self.terms.weights, self.terms.kv, self.terms.comm,
-                                                         self.terms.overhead, self.terms.low_ratio, self.terms.high_ratio))),
-                           self.attention_s[cut], self.tokens[cut], self.prompts[cut], self.passes_per_prompt)
+    @functools.cached_property
+    def terms(self) -> StepTerms:
+        """The passes' step terms (n, pp) on every stage."""
+        return self.step_terms()
 
 
 def packed_prompts(prompt_tokens: int, budget_tokens: int) -> int:
@@ -89,6 +90,12 @@ def _prefill_attention(ctx: StepContext) -> tuple[PrefillAttention, float]:
     return curve, accel.dense_flops_per_s.get("bf16", max(accel.dense_flops_per_s.values()))
 
 
+def _prefill_attention_time(ctx: StepContext, attention_flops: np.ndarray) -> KernelTime:
+    """Prefill attention of a stage's layers doing `attention_flops` (n, pp) on a rank."""
+    curve, bf16 = ctx.shared(("prefill attention",), lambda: (ctx.inp.layout.tp,), lambda: _prefill_attention(ctx))
+    return prefill_attention_kernel(curve, attention_flops, ctx.inp.input_tokens, ctx.st.n_layers, bf16)
+
+
 def _full(a, one: np.ndarray) -> np.ndarray:
     """`a` x ones of `one`'s shape (`a` itself when it has that shape: the same numbers)."""
     return a if np.shape(a) == one.shape else np.asarray(a, dtype=float) * one
@@ -104,13 +111,15 @@ def prefill_pass(ctx: StepContext, prompts_per_rank) -> PrefillPass:
     tokens_rank, tokens_stage = tokens[:, None], tokens[:, None] * lay.dp_attn
     one = np.ones((len(tokens), lay.pp))
     if ctx.calibrated:
-        classes = gemm_classes(ctx, tokens_rank, tokens_stage)
-        curve, bf16 = ctx.shared(("prefill attention",), lambda: (lay.tp,), lambda: _prefill_attention(ctx))
-        attention = prefill_attention_kernel(curve, attention_flops, inp.input_tokens, st.n_layers, bf16)
-        classes += [attention, elementwise(ctx, tokens_rank)]
-        comm, spread = calibrated_comm(ctx, tokens_rank, tokens_stage, "normal")
-        terms = combine(classes, _full(comm, one), spread)
-        return PrefillPass(_broadcast(terms, one), _full(attention.total_s, one), tokens, prompts, n_chunks)
+        attention = ctx.reused(("prefill attention", lay.pp, lay.tp, inp.input_tokens), (attention_flops,),
+                               lambda: _prefill_attention_time(ctx, attention_flops))
+
+        def terms() -> StepTerms:
+            classes = [*gemm_classes(ctx, tokens_rank, tokens_stage), attention, elementwise(ctx, tokens_rank)]
+            comm, spread = calibrated_comm(ctx, tokens_rank, tokens_stage, "normal")
+            return _broadcast(combine(classes, _full(comm, one), spread), one)
+
+        return PrefillPass(_full(attention.total_s, one), tokens, prompts, n_chunks, terms)
     windows = layer_windows(arch)
     flops = (matmul_flops(st.dense_params, tokens_rank) + matmul_flops(st.head_params, np.maximum(prompts, 1.0)[:, None])) / lay.tp
     flops = flops + attention_flops + matmul_flops(st.routed_active_params, tokens_stage) / lay.stage_size * inp.expert_imbalance
@@ -123,7 +132,7 @@ def prefill_pass(ctx: StepContext, prompts_per_rank) -> PrefillPass:
     comm = roofline_comm(ctx, tokens_rank, tokens_stage)
     terms = StepTerms(compute_time_s(flops, ctx.flops_per_s) * one, memory_time_s(weights, ctx.hbm_bytes_per_s) * one,
                       memory_time_s(kv, ctx.hbm_bytes_per_s) * one, comm * one, 0.0 * one, one, one)
-    return PrefillPass(terms, compute_time_s(attention_flops, ctx.flops_per_s) * one, tokens, prompts, n_chunks)
+    return PrefillPass(compute_time_s(attention_flops, ctx.flops_per_s) * one, tokens, prompts, n_chunks, lambda: terms)
 
 
 def _per_stage_rows(st: Stages, per_layer_rows: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from planner.physics.kernels import (
     GemmPart,
     KernelTime,
     all_reduce_kernel,
+    all_to_all_factor,
     all_to_all_kernel,
     decode_attention_kernel,
     dense_gemm_time,
@@ -138,8 +139,9 @@ def gemm_classes(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.nda
     inp, st = ctx.inp, ctx.st
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
     apart = head_rows is not None
-    dense = ctx.shared(("dense gemms", apart), lambda: (lay.pp, lay.tp), lambda: _dense_gemms(ctx, apart))
-    classes = [dense_gemm_time(dense, tokens_rank, head_rows)]
+    dense = lambda: dense_gemm_time(ctx.shared(("dense gemms", apart), lambda: (lay.pp, lay.tp), lambda: _dense_gemms(ctx, apart)),
+                                    tokens_rank, head_rows)
+    classes = [ctx.reused(("dense gemms", apart, lay.pp, lay.tp), (tokens_rank, head_rows), dense)]
     if arch.is_moe:
         x = ctx.shared(("experts", mode), lambda: (lay, inp.expert_slot_factor, inp.routing), lambda: _experts(ctx, mode))
         classes.append(moe_kernel(x.curve, tokens_stage, x.shape, st.n_moe_layers, x.peak_flops_per_s, inp.rack.accelerator.hbm_bandwidth_bytes_per_s,
@@ -164,6 +166,12 @@ def decode_attention(ctx: StepContext, per_rank: np.ndarray, queries: float = 1.
     its window, at the head configuration per rank; KV bytes as the cache holds them. With `queries`
     tokens per sequence (speculative verification) the measured one-query time grows by the roofline's
     `verified_attention_factor`: the cache is read once, the math grows with the queries."""
+    lay = ctx.inp.layout
+    return ctx.reused(("decode attention", lay.pp, lay.tp, ctx.inp.input_tokens, ctx.inp.output_tokens, queries), (per_rank,),
+                      lambda: _decode_attention(ctx, per_rank, queries))
+
+
+def _decode_attention(ctx: StepContext, per_rank: np.ndarray, queries: float) -> KernelTime:
     inp = ctx.inp
     lay = inp.layout
     curve, heads, per_token, windows = ctx.shared(("decode attention",), lambda: (lay.pp, lay.tp, inp.input_tokens, inp.output_tokens),
@@ -204,6 +212,11 @@ def _elementwise_bytes(ctx: StepContext) -> tuple[np.ndarray, np.ndarray, np.nda
 def elementwise(ctx: StepContext, tokens_rank: np.ndarray) -> KernelTime:
     """Norms and activations of every layer, the embedding on the first stage and the logits
     softmax and sampling on the last."""
+    lay = ctx.inp.layout
+    return ctx.reused(("elementwise", lay.pp, lay.tp), (tokens_rank,), lambda: _elementwise(ctx, tokens_rank))
+
+
+def _elementwise(ctx: StepContext, tokens_rank: np.ndarray) -> KernelTime:
     lay = ctx.inp.layout
     layers, embedding, sampling, ops = ctx.shared(("elementwise",), lambda: (lay.pp, lay.tp), lambda: _elementwise_bytes(ctx))
     probed = ctx.rates.elementwise.get("bf16") if ctx.rates is not None else None
@@ -259,11 +272,18 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
         return roofline_exchange(ctx, tokens_rank * lay.dp_attn), Spread()
     tokens = tokens_rank * inp.expert_imbalance * lay.expert_tp
     local, remote = tokens * x.local, tokens * x.remote
-    found: dict = {}  # both phases read their grids at these tokens
-    total = sum(all_to_all_kernel(curve, tokens_rank, x.key, local * per_copy, remote * per_copy, x.nic_bytes_per_s, ctx.st.n_moe_layers, found,
-                                  ctx.eff.latency_s)
-                for curve, per_copy in zip(x.curves, x.per_copy, strict=True))
+    factors = ctx.reused(("all-to-all factors", mode, x.key), (tokens_rank,), lambda: _exchange_factors(x, tokens_rank))
+    total = sum(all_to_all_kernel(curve, tokens_rank, x.key, local * per_copy, remote * per_copy, x.nic_bytes_per_s, ctx.st.n_moe_layers, None,
+                                  ctx.eff.latency_s, factor)
+                for curve, per_copy, factor in zip(x.curves, x.per_copy, factors, strict=True))
     return total, x.curves[-1].spread
+
+
+def _exchange_factors(x: _Exchange, tokens_rank: np.ndarray) -> tuple:
+    """Each phase's grid factor at `tokens_rank` (they depend on the engine's curves and the model's
+    expert shape alone, so layouts of other widths share them)."""
+    found: dict = {}  # both phases read their grids at these tokens
+    return tuple(all_to_all_factor(curve, x.key, tokens_rank, found) for curve in x.curves)
 
 
 def calibrated_comm(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.ndarray, mode: str) -> tuple[np.ndarray, Spread]:
@@ -273,22 +293,27 @@ def calibrated_comm(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.
     engines all-reduce the MoE output instead of dispatching tokens (`step_parts.moe_exchange`;
     TensorRT-LLM's Deepseekv3MoE: `if not self.use_dp and self.mapping.tp_size > 1: allreduce`);
     otherwise tokens go out and back with the engine's all-to-all kernels."""
+    lay = ctx.inp.layout
+    comm, spread = ctx.reused(("all-reduces", lay.pp, lay.tp, moe_exchange(ctx), ctx.links.tp.spans_domains, ctx.eff.tp_bytes_per_s,
+                               ctx.eff.latency_s), (tokens_rank,), lambda: _all_reduces(ctx, tokens_rank))
+    if moe_exchange(ctx):
+        exchange, spread = _expert_exchange(ctx, tokens_rank, mode)
+        comm = comm + exchange
+    return (comm + pp_send(ctx, tokens_stage) if lay.pp > 1 else comm), spread  # one stage hands nothing on
+
+
+def _all_reduces(ctx: StepContext, tokens_rank: np.ndarray) -> tuple[np.ndarray, Spread]:
+    """A stage's tensor-parallel all-reduces (`calibrated_comm`) and their spread."""
     inp = ctx.inp
     lay = inp.layout
     message = tokens_rank * inp.arch.hidden_size * inp.precisions.activation_bytes
     calls = ctx.memo("all-reduces", lambda: all_reduces_per_stage(ctx))
     ideal = calls * all_reduce_time_s(message, lay.tp, ctx.eff.tp_bytes_per_s, ctx.eff.latency_s)
-    spread = Spread()
     if lay.tp > 1 and not ctx.links.tp.spans_domains:
         curve = ctx.rates.all_reduce_curve(lay.tp)
         # a curve measured on another part's links (derived rates) never beats this part's own links
-        comm, spread = np.maximum(all_reduce_kernel(curve, message, lay.tp, calls), ideal), curve.spread
-    else:
-        comm = ideal
-    if moe_exchange(ctx):
-        exchange, spread = _expert_exchange(ctx, tokens_rank, mode)
-        comm = comm + exchange
-    return (comm + pp_send(ctx, tokens_stage) if lay.pp > 1 else comm), spread  # one stage hands nothing on
+        return np.maximum(all_reduce_kernel(curve, message, lay.tp, calls), ideal), curve.spread
+    return ideal, Spread()
 
 
 def _times(value: np.ndarray, factor: float) -> np.ndarray:

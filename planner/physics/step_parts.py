@@ -51,6 +51,14 @@ def _kept(kind: str, anchors: tuple, values: tuple, build):
     return hit[1]
 
 
+def _read_only(value):
+    """`value` (an array, or a tuple of arrays and other values) with its arrays made read only."""
+    for a in value if isinstance(value, tuple) else (value,):
+        if isinstance(a, np.ndarray):
+            a.setflags(write=False)
+    return value
+
+
 @dataclass(frozen=True)
 class StepContext:
     """What every term of one deployment needs, computed once."""
@@ -62,6 +70,8 @@ class StepContext:
     flops_per_s: float  # roofline: achievable FLOP/s at the compute format
     hbm_bytes_per_s: float  # roofline: achievable HBM bandwidth
     rates: KernelRates | None  # calibrated curves (None: the roofline is used)
+    # batch-dependent kernel times shared by the contexts of one enumeration (`reused`; None: not kept)
+    reuse: dict | None = field(default=None, compare=False, repr=False)
     # what the step's kernels need that depends on this context alone, kept by the functions that
     # build it (`memo`): every batch of every table of the context reuses it
     cache: dict = field(default_factory=dict, init=False, compare=False, repr=False)
@@ -89,6 +99,23 @@ class StepContext:
             hit = self.cache[kind] = _kept(kind, (inp.arch, inp.rack.accelerator, inp.overheads, self.rates), (inp.precisions, *values()),
                                            build)
         return hit
+
+    def reused(self, kind: tuple, rows: tuple, build):
+        """`build()`, a kernel class's times at `rows` (arrays), kept in `reuse` for every context of one
+        enumeration on the same model, accelerator, overheads and kernel curves (the same catalog
+        objects) with equal formats, equal `kind` (what else `build` reads, by value) and `rows` of the
+        same exact contents: layouts that differ only where `build` does not look (the dense GEMMs,
+        attention and all-reduces of layouts that differ in expert parallelism) share one evaluation.
+        The arrays kept are made read only."""
+        if self.reuse is None:
+            return build()
+        inp = self.inp
+        key = (kind, inp.precisions, id(inp.arch), id(inp.rack.accelerator), id(inp.overheads), id(self.rates),
+               *((None,) if a is None else (a.dtype.str, a.shape, a.tobytes()) for a in rows))
+        hit = self.reuse.get(key)
+        if hit is None:  # the catalog objects are held by the entry, so that no other object takes their ids meanwhile
+            hit = self.reuse[key] = ((inp.arch, inp.rack.accelerator, inp.overheads, self.rates), _read_only(build()))
+        return hit[1]
 
     @property
     def calibrated(self) -> bool:

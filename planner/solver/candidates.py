@@ -42,6 +42,7 @@ from planner.problem.resolve import ResolvedWorkload, resolve_precisions
 from planner.problem.schema import PrecisionSpec
 from planner.solver.batch_search import (
     Limits,
+    Reach,
     Request,
     batch_grid,
     every_batch,
@@ -184,6 +185,9 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
     analyses = [RackAnalysis(w.name, rack.id, hbm_capacity_bytes=rack.accelerator.hbm_capacity_bytes, max_stage_size=max_stage)
                 for w in workloads]
     accel = rack.accelerator
+    # kernel times layouts share: those of a MoE model that differ only in expert parallelism, mostly (a dense model's share none)
+    reuse: dict | None = {} if arch.is_moe else None
+    reach = Reach()  # how far its layouts' first tables go
     for layout in enumerate_layouts(arch, rack, precisions, overheads, max_stage, max_accelerators):
         for analysis in analyses:
             analysis.layouts_tried += 1
@@ -203,13 +207,15 @@ def analyse_rack(arch: ModelArch, precision_spec: PrecisionSpec, rack: RackType,
                                      precisions, overheads, settings.serving, notes=notes, experts=experts)
             handoff = (float(kv_bytes_per_sequence(arch, base.prefilled_tokens, precisions.kv_bytes).sum()),
                        layout.n_accelerators * accel.achievable_scale_out_bytes_per_s)
-            searches.append(_layout_candidates(base, workload, settings, spans, handoff, analysis))
-        run_together(searches)
+            searches.append(_layout_candidates(base, workload, settings, spans, handoff, analysis, reach))
+        run_together(searches, reuse)
+    if reuse is not None:  # what a table evaluates later (its full prefill pass, on first use) need not keep all this alive
+        reuse.clear()
     return analyses
 
 
 def _layout_candidates(base: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
-                       handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, None]:
+                       handoff: tuple[float, float], analysis: RackAnalysis, reach: Reach) -> Generator[Request, BatchTable, None]:
     """One layout's candidates for `workload` in each role it allows, each number of draft tokens it
     allows (speculative decoding) and each place for its prompt cache (which is cheapest depends on
     the fleet: holding a prefix costs its tier's price, recomputing it prefill time), into `analysis`."""
@@ -219,7 +225,7 @@ def _layout_candidates(base: DeploymentInputs, workload: ResolvedWorkload, setti
             inp = replace(base, role=role, speculative=spec)
             for option in _cache_options(inp, workload):
                 result = yield from _role_candidates(inp if inp.prefix_cache is option else replace(inp, prefix_cache=option), workload,
-                                                     settings, spans, handoff, analysis)
+                                                     settings, spans, handoff, analysis, reach)
                 if isinstance(result, str):
                     reasons.append(result)
                 else:
@@ -240,7 +246,7 @@ def _cache_options(inp: DeploymentInputs, workload: ResolvedWorkload) -> list[Ca
 
 
 def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings: CandidateSettings, spans: bool,
-                     handoff: tuple[float, float], analysis: RackAnalysis) -> Generator[Request, BatchTable, list[Candidate] | str]:
+                     handoff: tuple[float, float], analysis: RackAnalysis, reach: Reach) -> Generator[Request, BatchTable, list[Candidate] | str]:
     """The layout's candidates in one role, or the reason it has none: its largest feasible batch;
     for a latency objective every feasible batch; for a decode role also its chain of feasible
     batches, from which prepare() adds the smaller batches its prefill partners need (pair_batches)."""
@@ -254,7 +260,8 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
         table = yield from every_batch(inp, settings.max_batch_per_replica)
         ok = np.flatnonzero(feasible(table, limits))
         return [_candidate(inp, workload, table, int(i), BatchLimit.LADDER, spans, handoff) for i in ok] if len(ok) else "limits"
-    batches, grid_index, head = first_batches(layout.pp * layout.dp_attn, settings.max_batch_per_replica)
+    q = layout.pp * layout.dp_attn
+    batches, grid_index, head = first_batches(q, settings.max_batch_per_replica, reach.head(q, settings.max_batch_per_replica))
     first = yield inp, batches  # row 0: the smallest batch
     analysis.min_hbm_need_bytes = min(analysis.min_hbm_need_bytes, float(first.used_bytes[0]))
     if not first.fits[0]:
@@ -264,9 +271,12 @@ def _role_candidates(inp: DeploymentInputs, workload: ResolvedWorkload, settings
     found = yield from feasible_chain(inp, limits, first, grid_index, head)  # every feasible batch: the fastest is not always the largest
     if found is None:
         return limit_reason(first, limits, 0)
-    chain = Chain(inp, workload, *found, spans, handoff)
-    if inp.role is ServingRole.DECODE or settings.keep_batch_ladder:  # workload_candidates picks its batches: once its prefill
-        analysis.chains.append(chain)  # partners are known (decode), and for a latency objective, which trades TPOT against throughput
+    table, members, reason, top = found
+    reach.saw(q, top)
+    kept = inp.role is ServingRole.DECODE or settings.keep_batch_ladder  # a kept chain's table is its `top` rows
+    chain = Chain(inp, workload, table.rows(slice(0, top)) if kept and top < len(table.batches) else table, members, reason, spans, handoff)
+    if kept:  # workload_candidates picks its batches: once its prefill partners are known (decode), and for a
+        analysis.chains.append(chain)  # latency objective, which trades TPOT against throughput
     return [chain.candidate(chain.best(), chain.best_reason())]
 
 

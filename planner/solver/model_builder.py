@@ -90,7 +90,8 @@ class PlanningData:
         limit = self.ttft_limit_s.get(workload)
         if limit is None:
             return []
-        return [(p, q) for p in self.candidates_of(workload, ServingRole.PREFILL) for q in self.candidates_of(workload, ServingRole.DECODE)
+        decodes = self.candidates_of(workload, ServingRole.DECODE)
+        return [(p, q) for p in self.candidates_of(workload, ServingRole.PREFILL) for q in decodes
                 if pair_ttft_p90_s(self.candidates[p], self.candidates[q]) > limit * (1 + 1e-12)]
 
 

@@ -116,12 +116,19 @@ def _quickest(chain: Chain) -> set[int]:
 
 
 def _ttft_batches(chain: Chain, prefills: list[Candidate], ttft_limit_s: float | None) -> set[int]:
-    """With a demand: the fastest batch, and for each prefill candidate the fastest that pairs with it."""
+    """With a demand: the fastest batch, and for each prefill candidate the fastest that pairs with it
+    (`compatible` and `Chain.best` for every prefill candidate at once: a row each)."""
     picked = {chain.best()}
-    for p in prefills:
-        ok = compatible(chain, p, ttft_limit_s)
-        if ok.any():
-            picked.add(chain.best(chain.members[ok]))
+    if ttft_limit_s is None or not prefills:  # every batch pairs with every prefill candidate
+        return picked
+    join = chain.table.ttft_p90_s[chain.members]
+    ahead = np.array([p.ttft_p90_s + kv_handoff_s(p.kv_handoff_bytes, p.nic_bytes_per_s, chain.handoff[1]) for p in prefills])
+    ok = ahead[:, None] + join[None, :] <= ttft_limit_s * (1 + 1e-12)
+    rates = chain.rates[chain.members]
+    masked = np.where(ok, rates[None, :], -np.inf)
+    best = masked.max(axis=1)
+    for row in np.flatnonzero(ok.any(axis=1)):  # of equal rates the smallest batch, as Chain.best
+        picked.add(int(chain.members[np.flatnonzero(ok[row] & (rates == best[row]))[0]]))
     return picked
 
 

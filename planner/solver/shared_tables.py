@@ -17,10 +17,11 @@ from planner.physics.estimate import BatchTable, DeploymentInputs, evaluate_batc
 __all__ = ["run_together"]
 
 
-def _tables(requests: list[tuple[DeploymentInputs, np.ndarray]], fixed: list[tuple[DeploymentInputs, FixedParts]]) -> list[BatchTable]:
+def _tables(requests: list[tuple[DeploymentInputs, np.ndarray]], fixed: list[tuple[DeploymentInputs, FixedParts]],
+            reuse: dict | None) -> list[BatchTable]:
     """The table each request asks for, one evaluation per distinct inputs (their fixed parts kept in
-    `fixed` for the next round). Inputs compare by value; those of one layout share their catalog
-    objects, so comparing them is cheap."""
+    `fixed` for the next round; `reuse`: kernel times shared across layouts, `StepContext.reused`).
+    Inputs compare by value; those of one layout share their catalog objects, so comparing them is cheap."""
     groups: list[tuple[DeploymentInputs, list[int]]] = []
     for i, (inp, _) in enumerate(requests):
         members = next((members for first, members in groups if first == inp), None)
@@ -32,7 +33,7 @@ def _tables(requests: list[tuple[DeploymentInputs, np.ndarray]], fixed: list[tup
     for inp, members in groups:
         parts = next((parts for known, parts in fixed if known == inp), None)
         if parts is None:  # the prefill pass of inputs that differ only in role, prompt cache or draft tokens is the same
-            parts = fixed_parts(inp, like=next((parts for known, parts in fixed if shares_prefill(known, inp)), None))
+            parts = fixed_parts(inp, like=next((parts for known, parts in fixed if shares_prefill(known, inp)), None), reuse=reuse)
             fixed.append((inp, parts))
         if len(members) == 1:
             out[members[0]] = evaluate_batches(inp, requests[members[0]][1], fixed=parts)
@@ -46,9 +47,10 @@ def _tables(requests: list[tuple[DeploymentInputs, np.ndarray]], fixed: list[tup
     return out
 
 
-def run_together(searches: list[Generator]) -> list:
+def run_together(searches: list[Generator], reuse: dict | None = None) -> list:
     """Run `searches` (generators yielding (inputs, batches) and receiving that table) side by side;
-    their return values, in order."""
+    their return values, in order. `reuse`: kernel times kept across the layouts of one enumeration
+    (`StepContext.reused`), or None."""
     results: list = [None] * len(searches)
     fixed: list[tuple[DeploymentInputs, FixedParts]] = []
     waiting: list[tuple[int, tuple]] = []
@@ -58,7 +60,7 @@ def run_together(searches: list[Generator]) -> list:
         except StopIteration as done:
             results[i] = done.value
     while waiting:
-        tables = _tables([request for _, request in waiting], fixed)
+        tables = _tables([request for _, request in waiting], fixed, reuse)
         still = []
         for (i, _), table in zip(waiting, tables, strict=True):
             try:
