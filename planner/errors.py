@@ -238,7 +238,7 @@ def parse_yaml_text(text: str, source: str, catalog: bool = False) -> object:
     """Parse YAML strictly (no repeated keys, bounded aliases); errors name the line and column.
     `catalog`: a large generated catalog file, parsed by libyaml where PyYAML has it (aliases not counted)."""
     try:
-        return yaml.load(text, Loader=_StrictCatalogLoader if catalog else _StrictLoader)  # noqa: S506 - SafeLoader subclasses
+        return yaml.load(text, Loader=_StrictCatalogLoader if catalog else _StrictLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"

@@ -2,6 +2,7 @@
 without importing the physics)."""
 
 from enum import StrEnum
+from typing import Self
 
 __all__ = [
     "EXPERT_ROUTINGS",
@@ -133,7 +134,7 @@ class ConstraintFamily(str):
     kind: FamilyKind
     subject: str
 
-    def __new__(cls, kind: FamilyKind | str, subject: str = "") -> "ConstraintFamily":
+    def __new__(cls, kind: FamilyKind | str, subject: str = "") -> Self:
         kind = FamilyKind(kind)
         family = super().__new__(cls, f"{kind}[{subject}]" if subject else str(kind))
         family.kind, family.subject = kind, subject

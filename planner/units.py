@@ -2,6 +2,7 @@
 in SI base units with the unit in its name; these helpers are the only place factors appear."""
 
 __all__ = [
+    "BILLION",
     "GB",
     "GIB",
     "HOURS_PER_MONTH",
@@ -15,7 +16,6 @@ __all__ = [
     "TFLOP",
     "TOKENS_PER_MILLION",
     "US",
-    "BILLION",
     "format_bytes",
     "format_duration",
     "format_rate",

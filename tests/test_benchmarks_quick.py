@@ -28,7 +28,7 @@ def test_solve_benchmark_quick_run_reports_status_gap_and_times():
 
 def test_expert_benchmark_quick_run_reports_imbalance_for_each_method():
     out = _run("bench_experts.py")
-    methods = {m.group(1): float(m.group(2)) for m in re.finditer(r"^deepseek-v3\s+32\s+58 (eplb|ours)\s+([\d.]+)", out, re.M)}
+    methods = {m.group(1): float(m.group(2)) for m in re.finditer(r"^deepseek-v3\s+32\s+58 (eplb|ours)\s+([\d.]+)", out, re.MULTILINE)}
     assert set(methods) == {"eplb", "ours"}
     assert all(value >= 1.0 for value in methods.values())  # the hottest rank is never below the mean
     assert "re-placement after drift" in out

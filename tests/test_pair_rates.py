@@ -76,7 +76,7 @@ def test_the_recomputed_score_counts_the_prefill_pool(split):
     # output_tokens; so its prompts feed prefill_tokens_per_s x output / input output tokens per second.
     resolved, result = split
     w = resolved.workloads[0]
-    decode, prefill = _pools(result)
+    _pools(result)  # the plan has both pools
     made = sum(d.replicas * d.estimate.sustained_output_tokens_per_s for d in result.of_workload(w.name, ServingRole.DECODE))
     fed = sum(d.replicas * d.estimate.prefill_tokens_per_s * w.output_tokens / w.input_tokens
               for d in result.of_workload(w.name, ServingRole.PREFILL))

@@ -12,12 +12,12 @@ import yaml
 
 pytest.importorskip("fastapi", reason="the service's extra (fastapi) is not installed: pip install '.[serve]'")
 pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx: pip install '.[test]'")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from planner.cli.main import main  # noqa: E402
-from planner.paths import data_dir  # noqa: E402
-from planner.service import actions  # noqa: E402
-from planner.service.app import ServiceSettings, create_app  # noqa: E402
+from planner.cli.main import main
+from planner.paths import data_dir
+from planner.service import actions
+from planner.service.app import ServiceSettings, create_app
 
 BUNDLED = "deepseek-v3-gb200-nvl72"
 TIMINGS = ("wall_time_s", "total_time_s")  # how long this run took: the only figures two runs may differ in
@@ -247,7 +247,7 @@ def test_the_openapi_document_carries_the_problem_and_plan_schemas_and_the_cli_o
     assert set(components["Plan"]["properties"]) == set(plan_json_schema()["properties"])
     referred = set(re.findall(r"#/components/schemas/([\w-]+)", json.dumps(document)))
     assert referred <= set(components)
-    body = lambda path: document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]  # noqa: E731
+    body = lambda path: document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(body("/v1/solve")["properties"]) == {"problem", "time_limit", "seed", "workers", "confidence"}
     assert body("/v1/solve")["properties"]["confidence"]["enum"] == ["median", "high"]
     assert body("/v1/export")["properties"]["plan"] == {"$ref": "#/components/schemas/Plan"}

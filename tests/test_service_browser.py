@@ -22,11 +22,11 @@ CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
     pytest.skip("Chromium is absent (apt-get install -y chromium chromium-driver; .ci/run installs them)", allow_module_level=True)
 
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from planner.cli.main import main  # noqa: E402
-from planner.service.app import ServiceSettings, create_app  # noqa: E402
+from planner.cli.main import main
+from planner.service.app import ServiceSettings, create_app
 
 BUNDLED = "deepseek-v3-gb200-nvl72"
 WAIT_S = 60

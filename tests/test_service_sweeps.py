@@ -12,15 +12,15 @@ import yaml
 
 pytest.importorskip("fastapi", reason="the service's extra (fastapi) is not installed: pip install '.[serve]'")
 pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx: pip install '.[test]'")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from planner.cli.main import main  # noqa: E402
-from planner.errors import PlannerInputError  # noqa: E402
-from planner.paths import data_dir  # noqa: E402
-from planner.service.app import ServiceSettings, create_app  # noqa: E402
-from planner.service.sweep_jobs import SweepLimits  # noqa: E402
-from planner.studies.sweep import load_sweep  # noqa: E402
-from planner.studies.sweep_run import RUN_DEPENDENT  # noqa: E402
+from planner.cli.main import main
+from planner.errors import PlannerInputError
+from planner.paths import data_dir
+from planner.service.app import ServiceSettings, create_app
+from planner.service.sweep_jobs import SweepLimits
+from planner.studies.sweep import load_sweep
+from planner.studies.sweep_run import RUN_DEPENDENT
 
 BASE = "llama-3.1-70b-hgx-h100"
 SPEC = {"name": "t", "base": BASE, "racks": ["hgx-h100", "hgx-b200"],

@@ -19,7 +19,8 @@ def compact(options: dict) -> dict:
 
 
 def main(engine: str, source: str, target: str) -> None:
-    recorded = json.load(open(source))
+    with open(source) as stream:
+        recorded = json.load(stream)
     doc = {"engine": engine, "version": recorded["version"], "commit": recorded.get("commit"),
            "recorded_with": "tools/record_engine_flags.py", "options": compact(recorded["options"])}
     if "routers" in recorded:

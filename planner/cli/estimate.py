@@ -4,6 +4,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 
 from planner.cli.common import (
@@ -12,8 +13,6 @@ from planner.cli.common import (
     resolve_problem_path,
     write_json,
 )
-from pydantic import ValidationError
-
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.hardware.catalog import HardwareCatalog, load_hardware_catalog
 from planner.hardware.user_catalog import with_user_catalog
@@ -22,11 +21,22 @@ from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
 from planner.output.report import estimate_record, render_estimate
 from planner.physics.deployment import Layout
 from planner.physics.estimate import estimate
-from planner.physics.inputs import DEFAULT_PREFILL_CHUNK_TOKENS, DeploymentInputs, ExpertFigures, ServingOptions, deployment_inputs
+from planner.physics.inputs import (
+    DEFAULT_PREFILL_CHUNK_TOKENS,
+    DeploymentInputs,
+    ExpertFigures,
+    ServingOptions,
+    deployment_inputs,
+)
 from planner.physics.kv_cache import cache_use, tiers_for
 from planner.physics.prefill import packed_prompts
 from planner.physics.speculation import Speculation
-from planner.problem.resolve import SpeculativeRequest, resolve_precisions, resolve_problem, resolve_speculative
+from planner.problem.resolve import (
+    SpeculativeRequest,
+    resolve_precisions,
+    resolve_problem,
+    resolve_speculative,
+)
 from planner.problem.schema import PrecisionSpec, SpeculativeSpec, load_problem
 
 __all__ = ["estimate_command", "estimate_inputs"]
@@ -106,9 +116,9 @@ def _prefill_batch(layout: Layout, input_tokens: int, chunk_tokens: int | None) 
     budget = chunk_tokens or DEFAULT_PREFILL_CHUNK_TOKENS
     per_rank = max(packed_prompts(input_tokens, budget), 1)
     batch = per_rank * layout.pp * layout.dp_attn
-    return batch, (f"batch {batch} (no --batch): a prefill pass holds {per_rank} prompt(s) of {input_tokens} tokens in the "
-                   f"{budget}-token budget on each of {layout.dp_attn} attention rank(s) x {layout.pp} stage(s); "
-                   "pass --batch to choose another",)
+    return batch, ((f"batch {batch} (no --batch): a prefill pass holds {per_rank} prompt(s) of {input_tokens} tokens in the "
+                    f"{budget}-token budget on each of {layout.dp_attn} attention rank(s) x {layout.pp} stage(s); "
+                    "pass --batch to choose another"),)
 
 
 def estimate_inputs(args: argparse.Namespace) -> DeploymentInputs:

@@ -262,26 +262,26 @@ class _ElementwiseSpec(EdgeModel):
 
 
 class _EngineSpec(EdgeModel):
-    versions: dict[str, str] = {}
-    gemm: dict[str, _RampSpec] = {}
-    moe: dict[str, _RampSpec] = {}
-    moe_routing: dict[str, dict[str, _RampSpec]] = {}
-    moe_wide_ep: dict[str, dict[str, dict[str, _RampSpec]]] = {}
-    attention_decode: dict[str, _DecodeSpec] = {}
-    attention_prefill: dict[str, _PrefillSpec] = {}
-    mla_decode: dict[str, _DecodeSpec] = {}
-    mla_prefill: dict[str, _PrefillSpec] = {}
-    all_reduce: dict[int, _CollectiveSpec] = {}
-    all_to_all: dict[str, dict[str, _AllToAllSpec]] = {}
-    elementwise: dict[str, _ElementwiseSpec] = {}
-    suspect: list[str] = []
+    versions: dict[str, str] = Field(default_factory=dict)
+    gemm: dict[str, _RampSpec] = Field(default_factory=dict)
+    moe: dict[str, _RampSpec] = Field(default_factory=dict)
+    moe_routing: dict[str, dict[str, _RampSpec]] = Field(default_factory=dict)
+    moe_wide_ep: dict[str, dict[str, dict[str, _RampSpec]]] = Field(default_factory=dict)
+    attention_decode: dict[str, _DecodeSpec] = Field(default_factory=dict)
+    attention_prefill: dict[str, _PrefillSpec] = Field(default_factory=dict)
+    mla_decode: dict[str, _DecodeSpec] = Field(default_factory=dict)
+    mla_prefill: dict[str, _PrefillSpec] = Field(default_factory=dict)
+    all_reduce: dict[int, _CollectiveSpec] = Field(default_factory=dict)
+    all_to_all: dict[str, dict[str, _AllToAllSpec]] = Field(default_factory=dict)
+    elementwise: dict[str, _ElementwiseSpec] = Field(default_factory=dict)
+    suspect: list[str] = Field(default_factory=list)
 
 
 class _AcceleratorSpec(EdgeModel):
     system: str
     grids: str | None = None  # grid file, relative to kernels.yaml
-    nccl: dict[str, dict[int, _CollectiveSpec]] = {}
-    engines: dict[Engine, _EngineSpec] = {}
+    nccl: dict[str, dict[int, _CollectiveSpec]] = Field(default_factory=dict)
+    engines: dict[Engine, _EngineSpec] = Field(default_factory=dict)
 
 
 class _KernelFile(EdgeModel):

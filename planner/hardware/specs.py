@@ -16,7 +16,7 @@ from planner.limits import MAX_ACCELERATORS_PER_RACK
 from planner.precision import FlopsFormat
 from planner.schema import CatalogId, EdgeModel, Fraction
 
-__all__ = ["AcceleratorSpec", "FullMeshScaleUp", "LINK_GB_PER_S_CEILING", "LinkSpec", "LinksScaleUp", "RackSpec", "ScaleUpSpec", "SwitchedScaleUp", "TorusScaleUp"]
+__all__ = ["LINK_GB_PER_S_CEILING", "AcceleratorSpec", "FullMeshScaleUp", "LinkSpec", "LinksScaleUp", "RackSpec", "ScaleUpSpec", "SwitchedScaleUp", "TorusScaleUp"]
 
 LINK_GB_PER_S_CEILING = 100_000.0  # 100 TB/s per accelerator: no link comes near; larger values are bytes/s
 

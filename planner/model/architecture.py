@@ -16,12 +16,12 @@ from planner.precision import Precision
 __all__ = [
     "Attention",
     "AttentionKind",
+    "DraftAcceptance",
     "LayerParams",
     "MoE",
     "ModelArch",
     "ParamCounts",
     "PublishedCounts",
-    "DraftAcceptance",
     "attention_flops_per_context_token",
     "expert_touch_fraction",
     "kv_bytes_per_request",

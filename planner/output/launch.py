@@ -19,7 +19,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-__all__ = ["HostRef", "LaunchScript", "RankRef", "Part", "Server", "render_script", "safe_file_name", "word"]
+__all__ = ["HostRef", "LaunchScript", "Part", "RankRef", "Server", "render_script", "safe_file_name", "word"]
 
 HOSTS_FILE_DEFAULT = "hosts.txt"
 START_TIMEOUT_S_DEFAULT = 60 * 60  # a 600 GB checkpoint loads from network storage in tens of minutes

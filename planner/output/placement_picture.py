@@ -100,8 +100,8 @@ def placement_boxes(plan: Plan, colour_by: str = "replica", rack_filter: str | N
 def placement_svg(plan: Plan, colour_by: str = "replica", rack_filter: str | None = None) -> str:
     """The placement as a standalone SVG document."""
     boxes, width, height = placement_boxes(plan, colour_by, rack_filter)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
-             'font-family="sans-serif" class="placement">', f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>']
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
+              'font-family="sans-serif" class="placement">'), f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>']
     for b in boxes:
         if b.fill is None:
             parts.append(f'<text x="{b.x:.0f}" y="{b.y + b.h * 0.7:.0f}" font-size="13" fill="#222">{escape(b.text)}</text>')

@@ -305,7 +305,7 @@ def _slowest_step(terms: StepTerms, inp: DeploymentInputs, model: StepModel, row
 def shares_prefill(a: DeploymentInputs, b: DeploymentInputs) -> bool:
     """Whether two inputs' prefill passes are the same: they differ at most in serving role, prompt
     cache and draft tokens per step (with or without the draft module alike)."""
-    plain = dict(role=ServingRole.AGGREGATED, prefix_cache=None, speculative=None, batch_per_replica=0)
+    plain = {"role": ServingRole.AGGREGATED, "prefix_cache": None, "speculative": None, "batch_per_replica": 0}
     return (a.speculative is None) == (b.speculative is None) and replace(a, **plain) == replace(b, **plain)
 
 

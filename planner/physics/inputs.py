@@ -9,7 +9,12 @@ from planner.errors import InputIssue, PlannerInputError
 from planner.hardware.catalog import Overheads, RackType
 from planner.model.architecture import ModelArch
 from planner.modes import Engine, OverlapPolicy, ServingRole, StepModel
-from planner.physics.deployment import Layout, Precisions, layout_issues, quantization_issues
+from planner.physics.deployment import (
+    Layout,
+    Precisions,
+    layout_issues,
+    quantization_issues,
+)
 from planner.physics.kv_cache import CacheUse
 from planner.physics.speculation import Speculation
 

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.hardware.kernels import PrefillAttention
 from planner.model.architecture import (
     AttentionKind,
     attention_flops_per_context_token,
     kv_bytes_per_token_per_layer,
     layer_windows,
 )
-from planner.hardware.kernels import PrefillAttention
 from planner.physics.kernels import KernelTime, prefill_attention_kernel
 from planner.physics.memory import kv_shard_fraction, weight_bytes_per_accelerator
 from planner.physics.roofline import (
@@ -35,7 +35,7 @@ from planner.physics.step_parts import (
     touch_fraction,
 )
 
-__all__ = ["PrefillPass", "pass_shape", "packed_prompts", "prefill_pass"]
+__all__ = ["PrefillPass", "packed_prompts", "pass_shape", "prefill_pass"]
 
 @dataclass(frozen=True)
 class PrefillPass:

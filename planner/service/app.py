@@ -19,9 +19,23 @@ from fastapi.responses import Response
 
 from planner import __version__
 from planner.errors import InputIssue, PlannerInputError, parse_json_text
-from planner.service.actions import ACTIONS, Limits, OutOfTime, action_answer, catalog_answer, problems_answer, schema_answer, to_json
+from planner.service.actions import (
+    ACTIONS,
+    Limits,
+    OutOfTime,
+    action_answer,
+    catalog_answer,
+    problems_answer,
+    schema_answer,
+    to_json,
+)
 from planner.service.pool import AnswerCache, Busy, WorkPool
-from planner.service.sweep_jobs import SweepJobs, SweepLimits, TooManySweeps, parse_sweep_request
+from planner.service.sweep_jobs import (
+    SweepJobs,
+    SweepLimits,
+    TooManySweeps,
+    parse_sweep_request,
+)
 
 __all__ = ["ServiceSettings", "create_app"]
 
@@ -104,7 +118,7 @@ def _run_action(name: str, body: object, limits: Limits, timeout_s: float) -> tu
     try:
         answer = action_answer(name, body, replace(limits, deadline=time.monotonic() + timeout_s))
     except OutOfTime:
-        raise asyncio.TimeoutError() from None
+        raise TimeoutError() from None
     except OverflowError as exc:  # a size the schemas leave unbounded (a model written inline) too large to compute with
         raise PlannerInputError(InputIssue("problem", f"a number is too large to compute with ({exc})",
                                            "give the model's real sizes (layers, hidden size, heads, experts)")) from None
@@ -152,7 +166,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         except Busy:
             return _error(503, [], f"busy: {pool.capacity} requests are being worked on or waiting; try again",
                           {"Retry-After": str(settings.retry_after_s)})
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return _error(504, [], f"no answer within {settings.request_timeout_s:g} s; lower time_limit or ask a smaller question")
         cache.put(key, (media, content))
         return Response(content, media_type=media)

@@ -19,10 +19,21 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from planner.errors import InputIssue, PlannerInputError, load_yaml_file, unknown_name_issue
+from planner.errors import (
+    InputIssue,
+    PlannerInputError,
+    load_yaml_file,
+    unknown_name_issue,
+)
 from planner.paths import data_dir
 from planner.service.inputs import bundled_problems, refuse_paths
-from planner.studies.sweep import SweepPoint, SweepSpec, expand_sweep, parse_sweep, sweep_size
+from planner.studies.sweep import (
+    SweepPoint,
+    SweepSpec,
+    expand_sweep,
+    parse_sweep,
+    sweep_size,
+)
 
 __all__ = ["SweepJob", "SweepJobs", "SweepLimits", "TooManySweeps", "parse_sweep_request"]
 

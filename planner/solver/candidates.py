@@ -68,7 +68,7 @@ __all__ = ["Candidate", "CandidateSettings", "Chain", "RackAnalysis", "analyse_r
 
 @dataclass(frozen=True)
 class CandidateSettings:
-    serving: ServingOptions = ServingOptions()
+    serving: ServingOptions = field(default_factory=ServingOptions)
     max_batch_per_replica: int = 65536
     allow_spanning_domains: bool = False
     keep_batch_ladder: bool = False  # also keep smaller batches (for latency objectives and frontiers)

@@ -220,14 +220,14 @@ class Decomposition:
         proto = self.model.proto
         xs = []
         for index, var in enumerate(proto.variables):
-            lo, hi = (self.constants[index],) * 2 if index in self.constants else (list(var.domain)[0], list(var.domain)[-1])
+            lo, hi = (self.constants[index],) * 2 if index in self.constants else (next(iter(var.domain)), list(var.domain)[-1])
             xs.append(lp.NumVar(lo, hi, ""))
         infinity = lp.infinity()
         for constraint in proto.constraints:
             if constraint.enforcement_literal and any(abs(lit if lit >= 0 else -lit - 1) not in self.constants
                                                       for lit in constraint.enforcement_literal):
                 continue  # enforced by a decision: left out of the relaxation
-            lo, hi = list(constraint.linear.domain)[0], list(constraint.linear.domain)[-1]
+            lo, hi = next(iter(constraint.linear.domain)), list(constraint.linear.domain)[-1]
             row = lp.Constraint(-infinity if lo <= -INT64_EDGE else lo, infinity if hi >= INT64_EDGE else hi)
             for index, c in zip(constraint.linear.vars, constraint.linear.coeffs):
                 row.SetCoefficient(xs[index], c)
@@ -394,7 +394,7 @@ class Decomposition:
             if self.price([math.floor(m * factor) for m in mu]) is None:
                 return None
         self.sequential(mu, sorted(range(len(self.blocks)), key=lambda k: -lows[k]))  # the largest workloads first
-        status, incumbent, value = self.master([sorted(c) for c in self.columns])
+        _status, incumbent, value = self.master([sorted(c) for c in self.columns])
         if incumbent is None:
             return Outcome({}, 0, bound, False, tuple(self.cuts))
         return Incumbent(bound, mu, lows, incumbent, value)

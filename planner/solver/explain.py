@@ -237,8 +237,8 @@ def _best_per_token(candidates: list[Candidate]) -> tuple[str, float, Candidate 
         p = min(prefill, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
         q = min(decode, key=lambda c: (c.usd_per_million_output_tokens, c.sort_key()))
         options.append((p.usd_per_million_output_tokens + q.usd_per_million_output_tokens,
-                        f"prefill {p.layout.describe()} + decode {q.layout.describe()}, batch {q.batch}"
-                        f"{f', MTP {q.draft_tokens} draft tokens' if q.draft_tokens else ''} ({q.batch_limit}-bound)", (p, q)))
+                        (f"prefill {p.layout.describe()} + decode {q.layout.describe()}, batch {q.batch}"
+                         f"{f', MTP {q.draft_tokens} draft tokens' if q.draft_tokens else ''} ({q.batch_limit}-bound)"), (p, q)))
     if not options:
         return None
     cost, text, candidate = min(options, key=lambda o: (o[0], o[1]))

@@ -158,14 +158,14 @@ def _accelerators_needed(data: PlanningData, workload: str) -> str:
     ways = []
     if aggregated is not None:
         rate = aggregated.output_tokens_per_s_per_accelerator
-        ways.append((math.ceil(demand / rate), f"aggregated, its most efficient layout ({aggregated.rack_id} {aggregated.layout.name}) "
-                                               f"makes {format_rate(rate)} per accelerator: at least {math.ceil(demand / rate)} accelerators"))
+        ways.append((math.ceil(demand / rate), (f"aggregated, its most efficient layout ({aggregated.rack_id} {aggregated.layout.name}) "
+                                                f"makes {format_rate(rate)} per accelerator: at least {math.ceil(demand / rate)} accelerators")))
     if decode is not None and prefill is not None:
         d, p = (math.ceil(demand / c.output_tokens_per_s_per_accelerator) for c in (decode, prefill))
-        ways.append((d + p, f"with separate pools, its most efficient decode layout ({decode.rack_id} {decode.layout.name}) makes "
-                            f"{format_rate(decode.output_tokens_per_s_per_accelerator)} per accelerator and its most efficient prefill "
-                            f"layout ({prefill.rack_id} {prefill.layout.name}) feeds {format_rate(prefill.output_tokens_per_s_per_accelerator)}"
-                            f" per accelerator: at least {d} + {p} = {d + p} accelerators"))
+        ways.append((d + p, (f"with separate pools, its most efficient decode layout ({decode.rack_id} {decode.layout.name}) makes "
+                             f"{format_rate(decode.output_tokens_per_s_per_accelerator)} per accelerator and its most efficient prefill "
+                             f"layout ({prefill.rack_id} {prefill.layout.name}) feeds {format_rate(prefill.output_tokens_per_s_per_accelerator)}"
+                             f" per accelerator: at least {d} + {p} = {d + p} accelerators")))
     return "; ".join(text for _, text in sorted(ways)) if ways else "no layout serves it"
 
 

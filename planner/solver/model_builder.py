@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from planner.modes import ConstraintFamily, FamilyKind, ServingRole, StageKind
+from planner.physics.cost import usd_per_million_tokens
 from planner.placement.packing import aligned_free_blocks, stage_kind
 from planner.problem.schema import Objective
-from planner.physics.cost import usd_per_million_tokens
 from planner.solver.candidates import Candidate, pair_ttft_p90_s
 from planner.units import SECONDS_PER_HOUR
 

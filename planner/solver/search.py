@@ -27,7 +27,7 @@ from planner.solver.model_builder import (
 )
 from planner.solver.projection import prove
 
-__all__ = ["RawSolution", "STATUS_NAMES", "decompose_model", "hint_plan", "solve_by_workload", "solve_data"]
+__all__ = ["STATUS_NAMES", "RawSolution", "decompose_model", "hint_plan", "solve_by_workload", "solve_data"]
 
 SEARCH_SHARE = 0.85  # of the time limit for the two search phases; the canonical tie-break gets the rest
 SINGLE_WORKER_SHARE = 0.4  # of the search time for the single-worker first phase
