@@ -180,7 +180,7 @@ def test_claim_6_pipelining_splits_weights_not_kv(run_estimate):
     kv_per_gpu = 64 * (2048 + 256) * (2 * 8 * 128 * 2 * 80) / 8  # 64 sequences' KV, 8 KV heads over 8 GPUs
     assert one.memory.kv_bytes == pytest.approx(kv_per_gpu)
     assert two.memory.kv_bytes == pytest.approx(kv_per_gpu)  # does NOT drop
-    assert two.tpot_s == pytest.approx(2 * two.stage_time_s)  # a token crosses both stages
+    assert two.mean_step_per_token_s == pytest.approx(2 * two.stage_time_s)  # a token crosses both stages
 
 
 def test_claim_7_kv_fetch_overtakes_compute_at_a_batch_independent_context(models, run_estimate):

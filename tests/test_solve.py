@@ -14,6 +14,7 @@ from planner.paths import data_dir
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import load_problem, parse_problem
 from planner.solver.solve import solve
+from planner.solver.findings import TIE_FRACTION
 
 FEASIBLE = sorted(p for p in data_dir("problems").glob("*.yaml") if not p.stem.startswith("infeasible"))
 
@@ -136,7 +137,7 @@ def test_a_tied_runner_up_is_reported_as_a_tie_not_a_rejection(solved):
             continue
         line = next(line for line in result.explanation.lines() if "alternative" in line)
         delta = alternative.delta_fraction  # None when the alternative has no objective of its own to compare
-        assert alternative.ties == (delta is not None and abs(delta) < 1e-9)
+        assert alternative.ties == (delta is not None and abs(delta) < TIE_FRACTION)  # CP-SAT's objective resolution
         if alternative.ties:
             assert line.startswith("an equally good alternative") and "canonical choice among ties" in line
         else:

@@ -63,6 +63,7 @@ def _figures_record(e: Estimate) -> dict:
     return {
         "tpot_s": e.tpot_s,
         "tpot_s_range": list(e.tpot_range_s),
+        "mean_step_per_token_s": e.mean_step_per_token_s,
         "ttft_s": e.ttft_s,
         "ttft_s_range": list(e.ttft_range_s),
         "ttft_p90_s": e.ttft_p90_s,

@@ -126,16 +126,17 @@ def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chu
 class BatchTable:
     """One layout evaluated at several batch sizes; arrays of shape (n_batches,).
 
-    Step-time terms are those of the slowest pipeline stage, multiplied by the number of stages and
-    divided by the tokens a step emits per sequence (they sum to TPOT under the combination rule); a
-    prefill replica's `serving_step` is one prefill pass through its slowest stage. `stage_time_s` is
-    the whole step (the cycle requests wait for)."""
+    Step-time terms are those of the slowest pipeline stage, times the stages, over the tokens a step
+    emits per sequence (they sum to `mean_step_per_token_s`: TPOT but for an aggregated replica, whose
+    users do not wait on their own prompts); a prefill replica's `serving_step` is one prefill pass
+    through its slowest stage. `stage_time_s` is the whole mean step (the cycle requests wait for)."""
 
     batches: np.ndarray
     decode: DecodeColumns  # the pure decode step's terms and range
     memory: MemoryColumns  # HBM use and the prompt cache's bytes
     stage_time_s: np.ndarray  # the role's step on the slowest stage: mixed (aggregated), decode, or a prefill pass
-    tpot_s: np.ndarray  # what a user waits per output token: pp x the (mixed) decode step
+    tpot_s: np.ndarray  # what a user waits per output token: pp x the step between its tokens
+    mean_step_per_token_s: np.ndarray  # pp x the replica's mean step per token emitted: batch / it is the output rate
     ttft_s: np.ndarray  # mean TTFT at the replica's load (physics.first_token)
     ttft_p90_s: np.ndarray  # its 90th percentile (what TTFT limits hold at)
     queue_s: np.ndarray  # the mean wait for the step or pass in progress (part of ttft_s)
@@ -205,10 +206,10 @@ class BatchTable:
     @property
     def sustained_output_tokens_per_s(self) -> np.ndarray:
         """Output tokens per second per replica: batch / TPOT, prefill included for an aggregated
-        replica (its mixed steps carry the prompts); a prefill replica emits none."""
+        replica (its mean step carries the prompts); a prefill replica emits none."""
         if self.role is ServingRole.PREFILL:
             return np.zeros_like(self.batches)
-        return self.batches / self.tpot_s
+        return self.batches / self.mean_step_per_token_s
 
     @property
     def sustained_input_tokens_per_s(self) -> np.ndarray:
@@ -370,12 +371,15 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     prefill = inp.role is ServingRole.PREFILL
     decode_low, decode_high = _stated(model, _at(steps.pure.low_ratio, decode_slowest), _at(steps.pure.high_ratio, decode_slowest),
                                       decode_regime(inp.arch.is_moe))
-    tpot, tpot_low, tpot_high = ((decode_tpot, decode_low, decode_high) if prefill
-                                 else (_times(stage_time, per_token), *_stated(model, low, high, decode_regime(inp.arch.is_moe))))
+    user = _totals(role.per_user, inp, model)
+    at_user = lambda a: _at(a, _slowest(user))  # the step between a user's tokens, on its slowest stage
+    tpot, tpot_low, tpot_high = ((decode_tpot, decode_low, decode_high) if prefill else (_times(at_user(user), per_token), *_stated(
+        model, at_user(role.per_user.low_ratio), at_user(role.per_user.high_ratio), decode_regime(inp.arch.is_moe))))
+    mean_per_token = decode_tpot if prefill else _times(stage_time, per_token)
     ttft_low, ttft_high = _stated(model, low, high, FIRST_TOKEN)
     ttft, miss, hit = _first_token_of_role(inp, role, steps, stage_time, model)
     pass_rate = role.pass_tokens * lay.dp_attn / stage_time if prefill else None
-    requests_per_s = pass_rate / inp.prefilled_tokens if prefill else batches / tpot / inp.output_tokens
+    requests_per_s = pass_rate / inp.prefilled_tokens if prefill else batches / mean_per_token / inp.output_tokens
     weights_bytes, kv_bytes, activations_bytes = _memory(inp, fixed.memory_per_stage, role.pass_tokens, batches)
     cache_bytes, cache_fits, storage, cache_in_hbm = _prompt_cache(inp, requests_per_s)
     decode_at = lambda a: _times(_at(a, decode_slowest), per_token)  # per output token: they sum to TPOT
@@ -384,7 +388,7 @@ def evaluate_batches(inp: DeploymentInputs, batches, links: ReplicaLinks | None 
     memory = MemoryColumns(weights_bytes, kv_bytes, activations_bytes, accel.hbm_capacity_bytes, cache_bytes, cache_in_hbm, cache_fits)
     return BatchTable(
         batches=batches, decode=decode, memory=memory, tpot_low_s=tpot * tpot_low, tpot_high_s=tpot * tpot_high,
-        stage_time_s=stage_time, tpot_s=tpot, ttft_s=ttft.mean_s, ttft_p90_s=ttft.quantile_s, queue_s=ttft.wait_s,
+        stage_time_s=stage_time, tpot_s=tpot, mean_step_per_token_s=mean_per_token, ttft_s=ttft.mean_s, ttft_p90_s=ttft.quantile_s, queue_s=ttft.wait_s,
         miss_service_s=miss, hit_service_s=np.zeros_like(batches) if hit is None else hit, ttft_low_ratio=ttft_low, ttft_high_ratio=ttft_high,
         decode_tokens_per_s=batches / decode_tpot,
         serving_step=tuple(serving_at(term) for term in role.serving.as_tuple()), prefill_riders=steps.riders,

@@ -80,6 +80,12 @@ class Estimate:
         return self._at(self.table.tpot_s)
 
     @property
+    def mean_step_per_token_s(self) -> float:
+        """The replica's mean step per token emitted (its output rate is batch / it); TPOT but for an
+        aggregated replica, whose users do not wait on their own prompts."""
+        return self._at(self.table.mean_step_per_token_s)
+
+    @property
     def stage_time_s(self) -> float:
         return self._at(self.table.stage_time_s)
 

@@ -1,7 +1,26 @@
 """The steps a replica's users wait on, for a table of batches (`batch_table`): the pure decode step,
-and for an aggregated replica the mixed step (prompt tokens riding along at their mean rate) and the
-step that carries a new request's prompt; for a prefill replica, its passes. The decode-side steps
-come from one stacked evaluation of the step model (the rows do not interact).
+and for an aggregated replica the mean step with the prompts it prefills and the step that carries a
+new request's prompt; for a prefill replica, its passes. The decode-side steps come from one stacked
+evaluation of the step model (the rows do not interact).
+
+How an aggregated replica's prompts share its steps. They arrive at the pace of the output: B x
+(prompt tokens) / (output tokens) per step on average. The ideal roofline spreads them evenly over
+the steps, the cheapest schedule (their FLOPs hide under a memory-bound step). Engines do not: a
+waiting prompt is admitted as soon as the step's token budget allows, whole or in budget-sized
+chunks (vLLM's chunked-prefill scheduler, TensorRT-LLM's max_num_tokens, SGLang's
+chunked_prefill_size), so under the calibrated model a step carries a prompt chunk or none. With r
+prompt tokens per step, chunks of c tokens and d attention ranks, each rank carries a chunk in a
+fraction r / (d c) of the steps, and the ranks take their chunks in the same steps: the expert layers
+wait for the slowest rank every layer, and engines with attention data parallelism schedule prompts
+on all ranks together to avoid exactly that wait (TensorRT-LLM's attention-DP balance, its tech
+blog 10). The mean step is the pure decode step plus r / (d c) times the extra time of a step with a
+chunk on every rank. Once r / d reaches c every step is full and the prompts ride at their mean rate
+as in the roofline.
+
+What a user waits per token is not that mean: a request's own prompt was prefilled before its first
+output token, so the steps between its tokens carry the other B - 1 requests' prompts only, a
+fraction (B - 1) / B of the prompt-carrying share (at one request, the pure decode step). The mean
+step sets the replica's output rate, the user's step its TPOT.
 
 Arrays have shape (n_batches, pp), per-batch values (n,).
 """
@@ -33,10 +52,12 @@ class DecodeSteps:
 
     pure: StepTerms
     touch: np.ndarray
-    mixed: StepTerms | None
+    mixed: StepTerms | None  # the step that carries prompt tokens: a chunk on every rank, or the mean riders
     carrying: StepTerms | None
     riders: np.ndarray  # prompt tokens per micro-batch step and stage at the mean rate
     own_tokens: float  # the carried prompt's tokens in its step on its rank
+    mixed_rank_tokens: np.ndarray  # prompt tokens of `mixed` on its slowest attention rank (n,)
+    mixed_share: np.ndarray  # the fraction of steps that are `mixed` (n,): 1 when the prompts ride evenly
 
 
 def decode_steps(ctx: StepContext, batches: np.ndarray) -> DecodeSteps:
@@ -45,14 +66,19 @@ def decode_steps(ctx: StepContext, batches: np.ndarray) -> DecodeSteps:
     zero = np.zeros_like(batches)
     if inp.role is not ServingRole.AGGREGATED:
         decode, touch = speculative_decode_terms(ctx, batches)
-        return DecodeSteps(decode, touch, None, None, zero, 0.0)
+        return DecodeSteps(decode, touch, None, None, zero, 0.0, zero, zero)
     # prompts arrive at the pace of the output: a step emits tokens_per_step tokens per sequence
     riders = batches / lay.pp * inp.prefilled_tokens / inp.output_tokens * inp.tokens_per_step
     own = float(min(inp.input_tokens, inp.prefill_chunk_tokens))  # a miss: its whole prompt, or the budget's chunk of it
-    stacked, touch = speculative_decode_terms(ctx, np.concatenate([batches] * 3), np.concatenate([zero, riders, riders]),
+    chunk = float(min(inp.prefilled_tokens, inp.prefill_chunk_tokens))
+    per_rank = riders / lay.dp_attn
+    lumpy = (per_rank < chunk) if ctx.calibrated else np.zeros(len(batches), dtype=bool)
+    share = np.where(lumpy, per_rank / max(chunk, 1.0), 1.0)
+    stacked, touch = speculative_decode_terms(ctx, np.concatenate([batches] * 3),
+                                              np.concatenate([zero, np.where(lumpy, chunk * lay.dp_attn, riders), riders]),
                                               np.concatenate([zero, zero, zero + own]))
     pure, mixed, carrying = _split(stacked, 3)
-    return DecodeSteps(pure, touch[:len(batches)], mixed, carrying, riders, own)
+    return DecodeSteps(pure, touch[:len(batches)], mixed, carrying, riders, own, np.where(lumpy, chunk, per_rank), share)
 
 
 def _with_rider_attention(ctx: StepContext, step: StepTerms, tokens_rank: np.ndarray, pf: PrefillPass) -> StepTerms:
@@ -71,10 +97,16 @@ def _with_rider_attention(ctx: StepContext, step: StepTerms, tokens_rank: np.nda
 class RoleStep:
     """The step the role's users wait on, on every stage (n, pp), and the role's prefill passes."""
 
-    serving: StepTerms
+    serving: StepTerms  # the mean step (aggregated: with every prompt's share), which sets the output rate
     carrying: StepTerms | None  # aggregated: the step that carries a new prompt
     pass_tokens: np.ndarray  # (n,)
     passes_per_prompt: int
+    user: StepTerms | None = None  # aggregated: the step between a user's tokens (the other prompts' share)
+
+    @property
+    def per_user(self) -> StepTerms:
+        """The step between a user's tokens (`serving` but for an aggregated replica)."""
+        return self.serving if self.user is None else self.user
 
 
 def role_step(ctx: StepContext, pf: PrefillPass, steps: DecodeSteps, batches: np.ndarray) -> RoleStep:
@@ -87,5 +119,20 @@ def role_step(ctx: StepContext, pf: PrefillPass, steps: DecodeSteps, batches: np
     if inp.role is ServingRole.DECODE:
         return RoleStep(steps.pure, None, full, pf.passes_per_prompt)
     shared = steps.riders / lay.dp_attn
-    return RoleStep(_with_rider_attention(ctx, steps.mixed, shared, pf),
-                    _with_rider_attention(ctx, steps.carrying, shared + steps.own_tokens, pf), full, pf.passes_per_prompt)
+    mixed = _with_rider_attention(ctx, steps.mixed, steps.mixed_rank_tokens, pf)
+    others = np.maximum(batches - 1.0, 0.0) / np.maximum(batches, 1.0)
+    return RoleStep(_mean_step(steps.pure, mixed, steps.mixed_share),
+                    _with_rider_attention(ctx, steps.carrying, shared + steps.own_tokens, pf), full, pf.passes_per_prompt,
+                    _mean_step(steps.pure, mixed, steps.mixed_share * others))
+
+
+def _mean_step(pure: StepTerms, mixed: StepTerms, share: np.ndarray) -> StepTerms:
+    """The mean of a replica's steps when a fraction `share` (n,) of them is `mixed`, the rest `pure`
+    (module docstring). Calibrated terms add up, so the mean of the terms is the mean step; its range
+    ratios are averaged alike."""
+    if np.all(share == 1.0):
+        return mixed
+    if not np.any(share):
+        return pure
+    w = share[:, None]
+    return StepTerms(*(a + w * (b - a) for a, b in zip(pure, mixed)))
