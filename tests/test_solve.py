@@ -46,7 +46,8 @@ def test_bundled_plans_pass_the_independent_check(solved, name):
 def test_a_corrupted_plan_is_caught(solved):
     resolved, result = solved["llama-3.1-70b-hgx-h100"]
     record = solve_record(result)
-    record["deployments"][0]["replicas"] = 1  # serves far less than the demand
+    for d in record["deployments"]:
+        d["replicas"] = 1  # serves far less than the demand
     record["deployments"][0]["tpot_s"] = 0.001  # and claims a figure the roofline does not give
     problems = [str(v) for v in check_plan(resolved, record)]
     assert any("demand" in p or "demanded" in p for p in problems)

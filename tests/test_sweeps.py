@@ -35,14 +35,14 @@ def frontier():
 
 
 def test_compare_rows_agree_with_the_catalog_and_the_limits(hw):
-    problem = _problem("llama-3.1-70b-hgx-h100")  # 10k output tokens/s, TPOT <= 50 ms
+    problem = _problem("llama-3.1-70b-hgx-h100")  # 8.5k output tokens/s, TPOT <= 50 ms
     rows = compare_racks(problem, ["hgx-h100", "gb200-nvl72", "mi300x-8"])
     assert [r.rack_id for r in rows] == ["hgx-h100", "gb200-nvl72", "mi300x-8"]
     for r in rows:
         price = hw.racks[r.rack_id].accelerator.price_usd_per_hour
         assert r.usd_per_hour == pytest.approx(r.accelerators * price)
         served = r.output_tokens_per_s_per_accelerator * r.accelerators
-        assert served >= 10_000 * (1 - 1e-9) and r.tpot_s <= 0.050 * (1 + 1e-9)
+        assert served >= 8_500 * (1 - 1e-9) and r.tpot_s <= 0.050 * (1 + 1e-9)
         assert r.usd_per_million_output_tokens == pytest.approx(r.usd_per_hour / 3600 / served * 1e6)
         assert r.racks_used >= 1 and set(r.binding.split(", ")) <= {"hbm", "tpot", "ttft", "max_batch"}
 
