@@ -93,6 +93,9 @@ class Derivation(EdgeModel):
     accelerator: str
     reference: str = Field(description="a calibrated accelerator whose curves are taken")
     compute_scale: float = Field(default=1.0, gt=0, description="multiplies eta_max of GEMM-like kernels")
+    memory_scale: float = Field(default=1.0, gt=0, description="multiplies the HBM fractions of memory-bound work (GEMM eta_m and "
+                                "eta_stream, decode attention eta_kv, elementwise eta_bw): the part's measured fraction of its HBM peak over the "
+                                "reference's, one microbenchmark run on both")
     spread_log_factor: float = Field(ge=1.0, description="widens the reference spreads: p10 and p90 ratios raised to it")
     basis: str
 

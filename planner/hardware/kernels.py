@@ -2,7 +2,7 @@
 fits to measured kernel tables (`topologies/kernels.yaml`) with the correction grids that keep the
 tables' shape structure (`topologies/kernel_grids/<accelerator>.zip`, read on first use), and the
 derived curves of accelerators nobody has published tables for (`topologies/kernel_derivations.yaml`:
-a reference part's curves and grids, GEMM efficiencies scaled, spreads widened).
+a reference part's curves and grids, GEMM efficiencies and HBM fractions scaled, spreads widened).
 
 Every curve carries its spread: the 10th, 50th and 90th percentile of measured over predicted time.
 For a curve with a grid these are leave-one-out residuals (each measured row predicted with itself
@@ -256,24 +256,30 @@ def _engine_rates(accel: str, engine: Engine, spec: EngineSpec, nccl: dict, sour
 
 
 def _derive(rates: KernelRates, d: Derivation) -> KernelRates:
-    """`rates` of the reference part carried to `d.accelerator`: GEMM-like efficiencies scaled, spreads widened."""
-    w = d.spread_log_factor
+    """`rates` of the reference part carried to `d.accelerator`: GEMM-like efficiencies scaled by
+    `compute_scale`, the HBM fractions of memory-bound work (a GEMM form's memory side and its weights
+    streamed, KV read, elementwise traffic) by `memory_scale`, spreads widened."""
+    w, mem = d.spread_log_factor, d.memory_scale
 
     def ramp(r: Ramp) -> Ramp:
-        return replace(r, eta_max=r.eta_max * d.compute_scale, spread=r.spread.widened(w))
+        return replace(r, eta_max=r.eta_max * d.compute_scale, eta_m=r.eta_m * mem, eta_stream=r.eta_stream * mem, spread=r.spread.widened(w))
 
     def widen(table: dict) -> dict:
         return {k: replace(v, spread=v.spread.widened(w)) for k, v in table.items()}
+
+    def kv_read(table: dict) -> dict:
+        return {k: replace(v, eta_kv=v.eta_kv * mem) for k, v in widen(table).items()}
 
     return replace(
         rates, accelerator=d.accelerator, derived_from=d.reference,
         source=f"derived from {d.reference} ({rates.source}): {d.basis}",
         gemm={k: ramp(r) for k, r in rates.gemm.items()}, moe={k: ramp(r) for k, r in rates.moe.items()},
-        moe_routing={d: {k: ramp(r) for k, r in fits.items()} for d, fits in rates.moe_routing.items()},
-        moe_wide_ep={m: {d: {k: ramp(r) for k, r in fits.items()} for d, fits in by.items()} for m, by in rates.moe_wide_ep.items()},
-        attention_decode=widen(rates.attention_decode), attention_prefill=widen(rates.attention_prefill),
-        mla_decode=widen(rates.mla_decode), mla_prefill=widen(rates.mla_prefill), all_reduce=widen(rates.all_reduce),
+        moe_routing={skew: {k: ramp(r) for k, r in fits.items()} for skew, fits in rates.moe_routing.items()},
+        moe_wide_ep={m: {skew: {k: ramp(r) for k, r in fits.items()} for skew, fits in by.items()} for m, by in rates.moe_wide_ep.items()},
+        attention_decode=kv_read(rates.attention_decode), attention_prefill=widen(rates.attention_prefill),
+        mla_decode=kv_read(rates.mla_decode), mla_prefill=widen(rates.mla_prefill), all_reduce=widen(rates.all_reduce),
         all_to_all={m: widen(p) for m, p in rates.all_to_all.items()},
+        elementwise={k: replace(e, eta_bw=e.eta_bw * mem) for k, e in rates.elementwise.items()},
     )
 
 
