@@ -2,7 +2,7 @@
 fits to measured kernel tables (`topologies/kernels.yaml`) with the correction grids that keep the
 tables' shape structure (`topologies/kernel_grids/<accelerator>.zip`, read on first use), and the
 derived curves of accelerators nobody has published tables for (`topologies/kernel_derivations.yaml`:
-a reference part's curves and grids, GEMM efficiencies scaled, spreads widened).
+a reference part's curves and grids, GEMM efficiencies and HBM fractions scaled, spreads widened).
 
 Every curve carries its spread: the 10th, 50th and 90th percentile of measured over predicted time.
 For a curve with a grid these are leave-one-out residuals (each measured row predicted with itself
@@ -15,17 +15,24 @@ import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pydantic import Field
-
 from planner.errors import (
     PlannerInputError,
     issues_from_validation_error,
     load_yaml_file,
 )
 from planner.hardware.kernel_grids import Grid, GridRef, GridSet
+from planner.hardware.kernel_specs import (
+    DecodeSpec,
+    Derivation,
+    DerivationFile,
+    EngineSpec,
+    KernelFile,
+    PrefillSpec,
+    RampSpec,
+    SpreadFields,
+)
 from planner.modes import Engine
 from planner.paths import data_dir
-from planner.schema import EdgeModel
 
 __all__ = ["AllToAll", "Collective", "DecodeAttention", "Elementwise", "HeadShape", "KernelRates", "PrefillAttention", "Ramp", "Spread", "grid_of",
            "kernel_rates"]
@@ -212,112 +219,23 @@ def _first(table: dict, key: str, fallbacks: tuple[str, ...]):
 # The files
 
 
-class _SpreadFields(EdgeModel):
-    spread: tuple[float, float, float] = (1.0, 1.0, 1.0)
-    rows: int | None = None
-    grid: str | None = None  # name in the accelerator's grid file
-    loo_error: tuple[float, float] | None = None  # leave-one-out [median, p90] of |predicted / measured - 1|
-    loo_rows: int | None = None
-    smoothed: bool = False  # the grid is a running median along its first axis (planner/hardware/calibrate_grids.py)
-    fit_spread: tuple[float, float, float] | None = None
-
-
-class _RampSpec(_SpreadFields):
-    t0_s: float = Field(ge=0)
-    eta_max: float = Field(gt=0)
-    m_half: float = Field(ge=0)
-    eta_m: float = Field(gt=0)
-    eta_stream: float = Field(default=0.0, ge=0)
-    stream_rows: int | None = None
-
-
-class _DecodeSpec(_SpreadFields):
-    t0_s: float = Field(ge=0)
-    eta_kv: float = Field(gt=0)
-    c_s: float = Field(default=0.0, ge=0)
-
-
-class _PrefillSpec(_SpreadFields):
-    t0_s: float = Field(ge=0)
-    eta_max: float = Field(gt=0)
-    s_half: float = Field(ge=0)
-
-
-class _CollectiveSpec(_SpreadFields):
-    alpha_s: float = Field(ge=0)
-    bus_bytes_per_s: float = Field(gt=0)
-
-
-class _AllToAllSpec(_SpreadFields):
-    alpha_s: float = Field(ge=0)
-    bytes_per_s: float = Field(gt=0)
-    nodes: int | None = None
-
-
-class _ElementwiseSpec(EdgeModel):
-    t0_s: float = Field(ge=0)
-    eta_bw: float = Field(gt=0)
-    fit_spread: tuple[float, float, float] | None = None
-    rows: int | None = None
-
-
-class _EngineSpec(EdgeModel):
-    versions: dict[str, str] = Field(default_factory=dict)
-    gemm: dict[str, _RampSpec] = Field(default_factory=dict)
-    moe: dict[str, _RampSpec] = Field(default_factory=dict)
-    moe_routing: dict[str, dict[str, _RampSpec]] = Field(default_factory=dict)
-    moe_wide_ep: dict[str, dict[str, dict[str, _RampSpec]]] = Field(default_factory=dict)
-    attention_decode: dict[str, _DecodeSpec] = Field(default_factory=dict)
-    attention_prefill: dict[str, _PrefillSpec] = Field(default_factory=dict)
-    mla_decode: dict[str, _DecodeSpec] = Field(default_factory=dict)
-    mla_prefill: dict[str, _PrefillSpec] = Field(default_factory=dict)
-    all_reduce: dict[int, _CollectiveSpec] = Field(default_factory=dict)
-    all_to_all: dict[str, dict[str, _AllToAllSpec]] = Field(default_factory=dict)
-    elementwise: dict[str, _ElementwiseSpec] = Field(default_factory=dict)
-    suspect: list[str] = Field(default_factory=list)
-
-
-class _AcceleratorSpec(EdgeModel):
-    system: str
-    grids: str | None = None  # grid file, relative to kernels.yaml
-    nccl: dict[str, dict[int, _CollectiveSpec]] = Field(default_factory=dict)
-    engines: dict[Engine, _EngineSpec] = Field(default_factory=dict)
-
-
-class _KernelFile(EdgeModel):
-    source: dict[str, str]
-    accelerators: dict[str, _AcceleratorSpec]
-
-
-class _Derivation(EdgeModel):
-    accelerator: str
-    reference: str = Field(description="a calibrated accelerator whose curves are taken")
-    compute_scale: float = Field(default=1.0, gt=0, description="multiplies eta_max of GEMM-like kernels")
-    spread_log_factor: float = Field(ge=1.0, description="widens the reference spreads: p10 and p90 ratios raised to it")
-    basis: str
-
-
-class _DerivationFile(EdgeModel):
-    derivations: list[_Derivation]
-
-
-def _spread(spec: _SpreadFields) -> Spread:
+def _spread(spec: SpreadFields) -> Spread:
     """The spread of a fit; with a grid, its leave-one-out percentiles taken around their median."""
     p10, p50, p90 = spec.spread
     return Spread(p10 / p50, 1.0, p90 / p50) if spec.grid else Spread(p10, p50, p90)
 
 
-def _engine_rates(accel: str, engine: Engine, spec: _EngineSpec, nccl: dict, source: str, grids: Path | None) -> KernelRates:
-    def ref(s: _SpreadFields) -> GridRef | None:
+def _engine_rates(accel: str, engine: Engine, spec: EngineSpec, nccl: dict, source: str, grids: Path | None) -> KernelRates:
+    def ref(s: SpreadFields) -> GridRef | None:
         return GridRef(grids, s.grid) if grids is not None and s.grid else None
 
-    def ramp(r: _RampSpec) -> Ramp:
+    def ramp(r: RampSpec) -> Ramp:
         return Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r), r.eta_stream, ref(r))
 
-    def decode(a: _DecodeSpec, mla: bool) -> DecodeAttention:
+    def decode(a: DecodeSpec, mla: bool) -> DecodeAttention:
         return DecodeAttention(a.t0_s, a.eta_kv, a.c_s, _spread(a), ref(a), mla)
 
-    def prefill(a: _PrefillSpec, mla: bool) -> PrefillAttention:
+    def prefill(a: PrefillSpec, mla: bool) -> PrefillAttention:
         return PrefillAttention(a.t0_s, a.eta_max, a.s_half, _spread(a), ref(a), mla)
 
     reduce = spec.all_reduce or nccl.get("all_reduce", {})
@@ -337,25 +255,31 @@ def _engine_rates(accel: str, engine: Engine, spec: _EngineSpec, nccl: dict, sou
     )
 
 
-def _derive(rates: KernelRates, d: _Derivation) -> KernelRates:
-    """`rates` of the reference part carried to `d.accelerator`: GEMM-like efficiencies scaled, spreads widened."""
-    w = d.spread_log_factor
+def _derive(rates: KernelRates, d: Derivation) -> KernelRates:
+    """`rates` of the reference part carried to `d.accelerator`: GEMM-like efficiencies scaled by
+    `compute_scale`, the HBM fractions of memory-bound work (a GEMM form's memory side and its weights
+    streamed, KV read, elementwise traffic) by `memory_scale`, spreads widened."""
+    w, mem = d.spread_log_factor, d.memory_scale
 
     def ramp(r: Ramp) -> Ramp:
-        return replace(r, eta_max=r.eta_max * d.compute_scale, spread=r.spread.widened(w))
+        return replace(r, eta_max=r.eta_max * d.compute_scale, eta_m=r.eta_m * mem, eta_stream=r.eta_stream * mem, spread=r.spread.widened(w))
 
     def widen(table: dict) -> dict:
         return {k: replace(v, spread=v.spread.widened(w)) for k, v in table.items()}
+
+    def kv_read(table: dict) -> dict:
+        return {k: replace(v, eta_kv=v.eta_kv * mem) for k, v in widen(table).items()}
 
     return replace(
         rates, accelerator=d.accelerator, derived_from=d.reference,
         source=f"derived from {d.reference} ({rates.source}): {d.basis}",
         gemm={k: ramp(r) for k, r in rates.gemm.items()}, moe={k: ramp(r) for k, r in rates.moe.items()},
-        moe_routing={d: {k: ramp(r) for k, r in fits.items()} for d, fits in rates.moe_routing.items()},
-        moe_wide_ep={m: {d: {k: ramp(r) for k, r in fits.items()} for d, fits in by.items()} for m, by in rates.moe_wide_ep.items()},
-        attention_decode=widen(rates.attention_decode), attention_prefill=widen(rates.attention_prefill),
-        mla_decode=widen(rates.mla_decode), mla_prefill=widen(rates.mla_prefill), all_reduce=widen(rates.all_reduce),
+        moe_routing={skew: {k: ramp(r) for k, r in fits.items()} for skew, fits in rates.moe_routing.items()},
+        moe_wide_ep={m: {skew: {k: ramp(r) for k, r in fits.items()} for skew, fits in by.items()} for m, by in rates.moe_wide_ep.items()},
+        attention_decode=kv_read(rates.attention_decode), attention_prefill=widen(rates.attention_prefill),
+        mla_decode=kv_read(rates.mla_decode), mla_prefill=widen(rates.mla_prefill), all_reduce=widen(rates.all_reduce),
         all_to_all={m: widen(p) for m, p in rates.all_to_all.items()},
+        elementwise={k: replace(e, eta_bw=e.eta_bw * mem) for k, e in rates.elementwise.items()},
     )
 
 
@@ -374,7 +298,7 @@ def _load(directory: Path) -> dict[tuple[str, Engine], KernelRates]:
     kernels_path = directory / KERNELS_FILE
     if not kernels_path.exists():
         return out
-    spec: _KernelFile = _parse(_KernelFile, kernels_path)
+    spec: KernelFile = _parse(KernelFile, kernels_path)
     package = f"{spec.source.get('package', '?')} {spec.source.get('version', '')}".strip()
     for accel, a in spec.accelerators.items():
         grids = directory / a.grids if a.grids else None
@@ -383,7 +307,7 @@ def _load(directory: Path) -> dict[tuple[str, Engine], KernelRates]:
             out[(accel, engine)] = _engine_rates(accel, engine, e, a.nccl, f"{package}, {a.system} {engine} ({versions})", grids)
     derivations_path = directory / DERIVATIONS_FILE
     if derivations_path.exists():
-        for d in _parse(_DerivationFile, derivations_path).derivations:
+        for d in _parse(DerivationFile, derivations_path).derivations:
             for engine in Engine:
                 if (d.reference, engine) in out and (d.accelerator, engine) not in out:
                     out[(d.accelerator, engine)] = _derive(out[(d.reference, engine)], d)
