@@ -162,11 +162,12 @@ def _step_table(title: str, step: StepTime) -> Table:
 def _render_steps(e: Estimate, console: Console) -> None:
     inp = e.inputs
     if inp.role is ServingRole.AGGREGATED:
-        console.print(_step_table(f"Decode step with prefill riding along ({e.prefill_riders_per_step * inp.layout.pp:,.0f} prompt tokens "
-                                  "per step): time per output token, all pipeline stages", e.serving_step))
+        console.print(_step_table(f"Mean decode step with the prompts' prefill ({e.prefill_riders_per_step * inp.layout.pp:,.0f} prompt "
+                                  "tokens per step on average): time per output token, all pipeline stages", e.serving_step))
         console.print(f"A decode-only step would take {format_seconds(e.decode_step.total_s)} "
                       f"({e.decode_step.dominant_term} dominant); the prompts add "
-                      f"{format_seconds(e.serving_step.total_s - e.decode_step.total_s)} to every token (prefill interference).")
+                      f"{format_seconds(e.serving_step.total_s - e.decode_step.total_s)} to every token on average (prefill interference); "
+                      f"a user, whose own prompt is not between its tokens, waits {format_seconds(e.tpot_s)} per token.")
     elif inp.role is ServingRole.PREFILL:
         console.print(_step_table("Prefill replica: one prefill pass through the slowest stage (pass size under Assumptions)",
                                   e.prefill_chunk_step))

@@ -292,8 +292,10 @@ def _role_note(inp: DeploymentInputs, chunk: float) -> str:
     if inp.role is ServingRole.DECODE:
         return (f"decode-only replica: requests arrive with their KV cache and join the next step; TPOT is the pure decode step; "
                 f"{QUEUEING}, then one step through all stages")
-    return (f"aggregated replica: prefill rides in the decode steps ({inp.prefilled_tokens:g} prompt tokens per "
-            f"{inp.output_tokens} output tokens), so TPOT includes their compute; {QUEUEING}; then the request's prompt rides in "
+    return (f"aggregated replica: prompts ({inp.prefilled_tokens:g} tokens per {inp.output_tokens} output tokens) are prefilled in "
+            f"the decode steps as they arrive, whole or in chunks of at most {inp.prefill_chunk_tokens} tokens, on every attention rank "
+            "at once (the ideal roofline spreads them evenly over the steps); the mean step, which sets the output rate, carries them "
+            f"all, and TPOT the other requests' prompts only; {QUEUEING}; then the request's prompt rides in "
             f"the next step of a micro-batch on one attention rank (chunks of at most {inp.prefill_chunk_tokens} tokens, one "
             f"round of the {inp.layout.pp} stage(s) each); the worst case, a whole step waited and the step that carries the "
             "prompt, is two departures (claim 3)")
