@@ -54,3 +54,16 @@ def test_derive_on_hand_made_curves():
     assert out.elementwise["bf16"].eta_bw == pytest.approx(0.3)
     assert (g.spread.p10, g.spread.p50, g.spread.p90) == pytest.approx((0.81, 1.0, 1.44))
     assert out.derived_from == "ref" and out.accelerator == "new"
+
+
+def test_an_expert_curve_is_read_at_the_rate_of_the_math_its_table_measured():
+    """aiconfigurator's Blackwell MXFP4 expert tables run W4A8_MXFP4_MXFP8 (MXFP8 activations: FP8 tensor-core
+    math; TensorRT-LLM's ModelConfig.get_mxfp4_quant_algo for SM >= 100), Hopper's W4A16_MXFP4 (BF16 math).
+    The fitted eta_max is a fraction of that format's peak, so a gpt-oss deployment computing in bf16 must not
+    read the Blackwell curve at the bf16 peak (half the rate the table measured)."""
+    from planner.precision import FlopsFormat
+
+    blackwell = kernel_rates("b200", Engine.SGLANG).moe_curve("mxfp4")
+    hopper = kernel_rates("h100-sxm", Engine.TRTLLM).moe_curve("mxfp4")
+    assert blackwell.flops_format is FlopsFormat.FP8
+    assert hopper.flops_format is FlopsFormat.BF16

@@ -199,6 +199,7 @@ def _moe_fits(ctx, distribution: str) -> tuple[dict, set[str]]:
         touched_bytes = moe_work(tokens, hidden, inter, topk, experts, tp, ep, b)[1]
         floor_s = fit.record["t0_s"] + touched_bytes / (bandwidth * eta_stream) if eta_stream else None
         keys = np.column_stack([hidden, inter / tp, experts / ep, topk, experts])
+        fit.record["flops_format"] = str(flops_fmt)  # the table's activation format: the kernel's math rate
         name = f"{ctx.engine}/moe/{distribution}/{key}"
         fits[key] = scored_grid_set(ctx, name, fit, latency_s, keys, MOE_GRID_KEYS, [tokens], [thin_nodes(tokens, MOE_TOKEN_NODE_RATIO)], floor_s)
         versions.add(version)

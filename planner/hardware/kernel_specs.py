@@ -6,6 +6,7 @@ them into curves."""
 from pydantic import Field
 
 from planner.modes import Engine
+from planner.precision import FlopsFormat
 from planner.schema import EdgeModel
 
 __all__ = ["AcceleratorSpec", "AllToAllSpec", "CollectiveSpec", "DecodeSpec", "Derivation", "DerivationFile", "ElementwiseSpec", "EngineSpec",
@@ -29,6 +30,7 @@ class RampSpec(SpreadFields):
     eta_m: float = Field(gt=0)
     eta_stream: float = Field(default=0.0, ge=0)
     stream_rows: int | None = None
+    flops_format: FlopsFormat | None = None  # eta_max is a fraction of this format's peak (the measured kernel's math)
 
 
 class DecodeSpec(SpreadFields):

@@ -33,6 +33,7 @@ from planner.hardware.kernel_specs import (
 )
 from planner.modes import Engine
 from planner.paths import data_dir
+from planner.precision import FlopsFormat
 
 __all__ = ["AllToAll", "Collective", "DecodeAttention", "Elementwise", "HeadShape", "KernelRates", "PrefillAttention", "Ramp", "Spread", "grid_of",
            "kernel_rates"]
@@ -75,6 +76,7 @@ class Ramp:
     spread: Spread = Spread()
     eta_stream: float = 0.0
     grid: GridRef | None = None
+    flops_format: FlopsFormat | None = None  # F's format: the measured kernel's math (None: the deployment's compute format)
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,7 @@ def _engine_rates(accel: str, engine: Engine, spec: EngineSpec, nccl: dict, sour
         return GridRef(grids, s.grid) if grids is not None and s.grid else None
 
     def ramp(r: RampSpec) -> Ramp:
-        return Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r), r.eta_stream, ref(r))
+        return Ramp(r.t0_s, r.eta_max, r.m_half, r.eta_m, _spread(r), r.eta_stream, ref(r), r.flops_format)
 
     def decode(a: DecodeSpec, mla: bool) -> DecodeAttention:
         return DecodeAttention(a.t0_s, a.eta_kv, a.c_s, _spread(a), ref(a), mla)

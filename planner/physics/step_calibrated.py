@@ -127,7 +127,7 @@ def _experts(ctx: StepContext, mode: str) -> _Experts:
                         inp.expert_slot_factor)
     dispatched = lay.ep > 1 and lay.dp_attn > 1  # tokens go out to the experts' ranks over DeepEP (see calibrated_comm)
     curve = rates.moe_curve(expert_fmt, inp.routing, mode if dispatched else None)
-    return _Experts(curve, shape, _peak(ctx, inp.precisions.compute), rates.gemm_curve(expert_fmt).eta_stream)
+    return _Experts(curve, shape, _peak(ctx, curve.flops_format or inp.precisions.compute), rates.gemm_curve(expert_fmt).eta_stream)
 
 
 def gemm_classes(ctx: StepContext, tokens_rank: np.ndarray, tokens_stage: np.ndarray, head_rows: np.ndarray | None = None,
