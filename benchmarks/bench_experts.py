@@ -175,7 +175,7 @@ def _groups(arch, quick: bool = False, ep: int = 64, rack: str = "hgx-h100") -> 
             groups = (arch.moe.expert_groups, arch.moe.groups_per_token) if local else (1, 1)
             result = estimate(replace(base, expert_imbalance=placement.imbalance, expert_routing="balanced", expert_groups_local=local))
             reach = domains_per_token(arch.moe.experts_per_token, ep // 8, *groups)
-            print(f"{name:10} {label:9} {str(local):>12} {placement.imbalance:>10.4f} {reach:>14.2f} "
+            print(f"{name:10} {label:9} {local!s:>12} {placement.imbalance:>10.4f} {reach:>14.2f} "
                   f"{result.prefill_latency_s * 1e3:>10.1f} ms {seconds:>7.2f}s")
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_hostile import hostile_requests, is_bad_answer  # noqa: E402
+from serve_hostile import hostile_requests, is_bad_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = "deepseek-v3-gb200-nvl72"
@@ -151,7 +151,7 @@ def sweep_phase(url: str, seconds: float) -> str:
 
 def _row(name: str, clients: int, tally: Tally, wall_s: float) -> str:
     lat = sorted(tally.latencies) or [0.0]
-    p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))]
+    p95 = lat[min(len(lat) - 1, round(0.95 * (len(lat) - 1)))]
     statuses = " ".join(f"{k}:{v}" for k, v in sorted(tally.statuses.items()))
     errors = sum(tally.errors.values())
     return (f"{name:<9} {clients:>7} {len(tally.latencies):>8} {errors:>6} {tally.bad:>5} {statistics.median(lat):>7.3f} {p95:>7.3f} "

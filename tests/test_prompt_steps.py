@@ -45,7 +45,7 @@ def test_a_user_waits_on_the_other_prompts_only(run_estimate):
 def test_the_ideal_roofline_spreads_the_prompts_evenly(run_estimate):
     """Under the roofline the prompts ride every step at their mean rate (no chunk steps): the mean
     step then costs less than one pure step plus the prompt's whole pass spread over the outputs."""
-    kwargs = dict(tp=2, weights="fp8", kv="fp8", step_model=StepModel.ROOFLINE)
+    kwargs = {"tp": 2, "weights": "fp8", "kv": "fp8", "step_model": StepModel.ROOFLINE}
     agg = run_estimate("llama-3.1-70b", "hgx-h100", 1, 4096, 512, **kwargs)
     dec = run_estimate("llama-3.1-70b", "hgx-h100", 1, 4096, 512, role=ServingRole.DECODE, **kwargs)
     flops_time = 4096 * 2 * 70e9 / (2 * 989.5e12 * 0.803)  # the prompt's FLOPs at the MAMF rate of 2 GPUs

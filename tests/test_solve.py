@@ -13,8 +13,8 @@ from planner.output.validate import check_plan, score_plan
 from planner.paths import data_dir
 from planner.problem.resolve import resolve_problem
 from planner.problem.schema import load_problem, parse_problem
-from planner.solver.solve import solve
 from planner.solver.findings import TIE_FRACTION
+from planner.solver.solve import solve
 
 FEASIBLE = sorted(p for p in data_dir("problems").glob("*.yaml") if not p.stem.startswith("infeasible"))
 
