@@ -75,7 +75,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PUBLISHED_CSV = HERE / "published.csv"
 ALL_CSVS = (PUBLISHED_CSV, HERE / "published_perf_overview.csv", HERE / "published_broad.csv", HERE / "published_vllm.csv",
-            HERE / "published_deploy.csv")
+            HERE / "published_deploy.csv", HERE / "published_po_history.csv")
 QUICK_IDS = ("TRT061-01", "TRT061-05", "SG-03", "SG-04")  # one planner call each, every mode but inflight
 EXIT_DOES_NOT_FIT = 3
 WITHIN = 0.20  # the "within +-20%" band
