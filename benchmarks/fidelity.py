@@ -30,7 +30,7 @@ the range's width (high / low). Rows flagged with a feature the planner lacks ar
 reason. After the rows it prints the figures by source family and by regime (`fidelity_groups.py`).
 
 `--published` takes one CSV or several, comma-separated; `--all` runs published.csv, the held-out
-perf-overview rows, the broader set (published_broad.csv), the vLLM set (published_vllm.csv) and the deployment set (published_deploy.csv) together.
+perf-overview rows, the broader set (published_broad.csv), the vLLM set (published_vllm.csv), the deployment set (published_deploy.csv) and earlier perf-overview revisions (published_po_history.csv) together.
 
 Usage: python benchmarks/fidelity.py [--quick] [--published CSV[,CSV]] [--all] [--ids A,B] [--json OUT] [--csv OUT] [--jobs N] [--subprocess]
 Exit code 0 unless the benchmark itself fails.
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_IDS)} (for the test suite)")
     parser.add_argument("--published", default=str(PUBLISHED_CSV), help="published measurements CSV, or several comma-separated")
-    parser.add_argument("--all", action="store_true", help="published.csv, published_perf_overview.csv, published_broad.csv, published_vllm.csv and published_deploy.csv together")
+    parser.add_argument("--all", action="store_true", help="published.csv, published_perf_overview.csv, published_broad.csv, published_vllm.csv, published_deploy.csv and published_po_history.csv together")
     parser.add_argument("--json", metavar="OUT", help="write rows and summary as JSON")
     parser.add_argument("--csv", metavar="OUT", help="write one CSV line per row")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="rows evaluated in parallel")
