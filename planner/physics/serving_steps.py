@@ -10,11 +10,12 @@ waiting prompt is admitted as soon as the step's token budget allows, whole or i
 chunks (vLLM's chunked-prefill scheduler, TensorRT-LLM's max_num_tokens, SGLang's
 chunked_prefill_size), so under the calibrated model a step carries a prompt chunk or none. With r
 prompt tokens per step, chunks of c tokens and d attention ranks, each rank carries a chunk in a
-fraction r / (d c) of the steps, and the ranks take their chunks in the same steps: the expert layers
-wait for the slowest rank every layer, and engines with attention data parallelism schedule prompts
-on all ranks together to avoid exactly that wait (TensorRT-LLM's attention-DP balance, its tech
-blog 10). The mean step is the pure decode step plus r / (d c) times the extra time of a step with a
-chunk on every rank. Once r / d reaches c every step is full and the prompts ride at their mean rate
+fraction r / (d c) of the steps. The model takes the ranks' chunks in the same steps, as TensorRT-LLM's
+attention-DP balance schedules them (its tech blog 10: the expert layers wait for the slowest rank
+every layer, so a chunk on one rank stalls the others); it is an assumption, the one TensorRT-LLM's
+published attention-DP rows agree with (ranks taking their chunks independently put them at 0.4-0.6 of
+their measured throughput). The mean step is the pure decode step plus r / (d c) times the extra time
+of a step with a chunk on every rank. Once r / d reaches c every step is full and the prompts ride at their mean rate
 as in the roofline.
 
 What a user waits per token is not that mean: a request's own prompt was prefilled before its first
@@ -128,8 +129,8 @@ def role_step(ctx: StepContext, pf: PrefillPass, steps: DecodeSteps, batches: np
 
 def _mean_step(pure: StepTerms, mixed: StepTerms, share: np.ndarray) -> StepTerms:
     """The mean of a replica's steps when a fraction `share` (n,) of them is `mixed`, the rest `pure`
-    (module docstring). Calibrated terms add up, so the mean of the terms is the mean step; its range
-    ratios are averaged alike."""
+    (module docstring). Calibrated terms add up, so the mean of the terms is the mean step (with
+    overlapped communication, nearly); its range ratios are averaged alike."""
     if np.all(share == 1.0):
         return mixed
     if not np.any(share):
