@@ -1,5 +1,6 @@
 """Claim 4: on a Blackwell NVL72 rack, 256 experts over 64 GPUs is 4 experts per GPU with the
-all-to-all on NVLink; an expert layer spread over two racks pays the ~8x slower scale-out network.
+all-to-all on NVLink; an expert layer spread over two racks pays the ~8x slower scale-out network for
+the copies that go to the other rack (half of a token's eight; the other half stay on NVLink).
 The claim is about link bandwidth, so the script evaluates the ideal roofline (step_model="roofline"):
 under the calibrated model the engine's all-to-all kernels add a fixed time per layer that hides the
 difference at these token counts.

@@ -2,7 +2,7 @@
 
 from enum import StrEnum
 
-__all__ = ["FlopsFormat", "Precision", "bytes_per_value", "flops_format", "matmul_format"]
+__all__ = ["FlopsFormat", "Precision", "bytes_per_value", "flops_format", "input_bytes_per_value", "matmul_format"]
 
 
 class Precision(StrEnum):
@@ -48,6 +48,14 @@ _FLOPS_FORMAT: dict[Precision, FlopsFormat] = {
     Precision.NVFP4: FlopsFormat.FP4,
 }
 
+# Bytes per value of an activation quantised for a matmul in each format (what an expert dispatch can
+# send): fp8 values (per-token or per-block scales are under 3% more), fp4 values as NVFP4 blocks.
+_INPUT_BYTES_PER_VALUE: dict[FlopsFormat, float] = {
+    FlopsFormat.BF16: _BYTES_PER_VALUE[Precision.BF16],
+    FlopsFormat.FP8: _BYTES_PER_VALUE[Precision.FP8],
+    FlopsFormat.FP4: _BYTES_PER_VALUE[Precision.NVFP4],
+}
+
 # Narrowest first: used to fall back to a wider format an accelerator supports.
 FLOPS_FORMATS_NARROW_TO_WIDE: tuple[FlopsFormat, ...] = (FlopsFormat.FP4, FlopsFormat.FP8, FlopsFormat.BF16)
 
@@ -55,6 +63,11 @@ FLOPS_FORMATS_NARROW_TO_WIDE: tuple[FlopsFormat, ...] = (FlopsFormat.FP4, FlopsF
 def bytes_per_value(precision: Precision) -> float:
     """Bytes one stored value takes, scale factors of block formats included."""
     return _BYTES_PER_VALUE[precision]
+
+
+def input_bytes_per_value(fmt: FlopsFormat) -> float:
+    """Bytes one activation value takes once quantised for a matmul in `fmt`."""
+    return _INPUT_BYTES_PER_VALUE[FlopsFormat(fmt)]
 
 
 def flops_format(precision: Precision) -> FlopsFormat:

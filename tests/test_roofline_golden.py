@@ -187,3 +187,23 @@ def test_domains_a_token_is_sent_to_under_group_limited_routing():
     assert domains_per_token(8, 1, 8, 4) == 1.0
     # Kimi K2 routes without groups (n_group 1): uniform
     assert domains_per_token(8, 8, 1, 1) == pytest.approx(8 * (1 - (7 / 8) ** 8))
+
+
+def test_a_prefill_pass_crosses_the_nics_once_per_node_its_experts_sit_in(run_estimate):
+    """DeepSeek-V3 prefill over four HGX H100 boxes (EP32, attention DP32, 32 prompts of 1024 tokens: 1024 tokens
+    per GPU). SGLang reports 7.2k prompt tokens/s per GPU on such a layout (its large-scale EP blog, row SG-01 of
+    benchmarks/published.csv); sending each token's 8 copies over the 50 GB/s NICs, as a decode step's low-latency
+    kernels do, made the ideal roofline slower than that measurement. DeepEP's prefill kernels send a token once to
+    each remote node that holds one of its experts and forward it over NVLink there. With DeepSeek's group-limited
+    routing (4 of 8 groups, two groups per node) a node is missed when neither of its groups is chosen:
+    C(6,4)/C(8,4) = 15/70, so 4 x 55/70 = 3.14 nodes are hit, 3/4 of them remote: 2.36 NIC crossings per token
+    instead of 8 x 3/4 = 6. Dispatch in the experts' fp8 (1 byte), combine in bf16 (2 bytes); the 8 x 31/32 - 6 =
+    1.75 copies for the sender's own box move over NVLink (450 GB/s) meanwhile, well under the NIC time."""
+    crossings = 4 * 55 / 70 * 3 / 4
+
+    def phase(value_bytes):
+        return 1024 * crossings * 7168 * value_bytes / (50e9 * 0.86) + 10e-6
+
+    e = run_estimate("deepseek-v3", "hgx-h100", 32, 1024, 1, ep=32, dp_attn=32, weights="fp8", role=ServingRole.PREFILL)
+    assert e.prefill_chunk_step.comm_s == pytest.approx(58 * (phase(1) + phase(2)), rel=1e-9)
+    assert 1024 * 1.75 * 7168 * 2 / (450e9 * 0.77) < phase(2)

@@ -64,6 +64,11 @@ class Accelerator:
         return self.hbm_bandwidth_bytes_per_s * self.hbm_bandwidth_fraction
 
     @property
+    def achievable_scale_up_bytes_per_s(self) -> float:
+        """One accelerator's scale-up bandwidth at the achievable fraction (traffic inside its domain)."""
+        return self.scale_up_bandwidth_bytes_per_s * self.scale_up_bandwidth_fraction
+
+    @property
     def achievable_scale_out_bytes_per_s(self) -> float:
         """One accelerator's NIC bandwidth at the achievable fraction (KV hand-offs, prefix reloads, cross-domain traffic)."""
         return self.scale_out_bandwidth_bytes_per_s * self.scale_out_bandwidth_fraction

@@ -43,8 +43,8 @@ def handoff_summary(result: SolveResult) -> list[HandoffSummary]:
                 nic = handoff_s(p.candidate, q.candidate)
                 fastest_nic = max(fastest_nic, nic)
                 accel_p, accel_q = p.estimate.inputs.rack.accelerator, q.estimate.inputs.rack.accelerator
-                up_bw = min(p.candidate.accelerators * accel_p.scale_up_bandwidth_bytes_per_s * accel_p.scale_up_bandwidth_fraction,
-                            q.candidate.accelerators * accel_q.scale_up_bandwidth_bytes_per_s * accel_q.scale_up_bandwidth_fraction)
+                up_bw = min(p.candidate.accelerators * accel_p.achievable_scale_up_bytes_per_s,
+                            q.candidate.accelerators * accel_q.achievable_scale_up_bytes_per_s)
                 for r in range(p.replicas):
                     for k in range(q.replicas):
                         pairs += 1

@@ -129,7 +129,7 @@ def prefill_pass(ctx: StepContext, prompts_per_rank) -> PrefillPass:
     prior = (inp.input_tokens - tokens_rank) / 2 if n_chunks > 1 else 0.0 * tokens_rank  # a chunk reads the cache of the chunks before it
     kv_tokens = tokens_rank + np.minimum(prior, windows[None, :])  # (n, n_layers)
     kv = _per_stage_rows(st, kv_bytes_per_token_per_layer(arch, prec.kv_bytes) * kv_tokens) * kv_shard_fraction(arch, lay.tp)
-    comm = roofline_comm(ctx, tokens_rank, tokens_stage)
+    comm = roofline_comm(ctx, tokens_rank, tokens_stage, prefill=True)
     terms = StepTerms(compute_time_s(flops, ctx.flops_per_s) * one, memory_time_s(weights, ctx.hbm_bytes_per_s) * one,
                       memory_time_s(kv, ctx.hbm_bytes_per_s) * one, comm * one, 0.0 * one, one, one)
     return PrefillPass(compute_time_s(attention_flops, ctx.flops_per_s) * one, tokens, prompts, n_chunks, lambda: terms)

@@ -37,7 +37,6 @@ from planner.physics.kernels import (
 from planner.physics.memory import kv_shard_fraction
 from planner.physics.roofline import (
     all_reduce_time_s,
-    domains_per_token,
     verified_attention_factor,
 )
 from planner.physics.stages import (
@@ -52,6 +51,7 @@ from planner.physics.step_parts import (
     StepContext,
     StepTerms,
     all_reduces_per_stage,
+    exchange_copies,
     moe_exchange,
     pp_send,
     roofline_exchange,
@@ -225,11 +225,6 @@ def _elementwise(ctx: StepContext, tokens_rank: np.ndarray) -> KernelTime:
                               ctx.inp.rack.accelerator.hbm_bandwidth_bytes_per_s, *measured)
 
 
-def _stage_domains(ctx: StepContext) -> int:
-    """Scale-up domains one pipeline stage spans."""
-    return -(-ctx.inp.layout.stage_size // ctx.inp.rack.n_accelerators) if ctx.links.stage.spans_domains else 1
-
-
 class _Exchange(NamedTuple):
     """A stage's expert all-to-all: dispatch and combine curves (None: not measured for the engine),
     copies per token within and across scale-up domains, bytes per copy, NIC rate, grid key."""
@@ -244,14 +239,8 @@ class _Exchange(NamedTuple):
 
 def _exchange(ctx: StepContext, mode: str) -> _Exchange:
     inp, rates = ctx.inp, ctx.rates
-    arch, lay = inp.arch, inp.layout
-    copies = arch.moe.experts_per_token if lay.ep > 1 else 1
-    domains = _stage_domains(ctx)
-    remote = copies * (domains - 1) / domains
-    if mode == "normal" and domains > 1:  # one copy per remote domain hit
-        groups = (arch.moe.expert_groups, arch.moe.groups_per_token) if inp.expert_groups_local else (1, 1)
-        remote = domains_per_token(copies, domains, *groups) * (domains - 1) / domains
-    local = copies * (lay.stage_size - 1) / lay.stage_size - copies * (domains - 1) / domains
+    arch = inp.arch
+    local, remote = exchange_copies(ctx, once_per_domain=mode == "normal")
     dispatch_bytes = arch.hidden_size * (1.0 if inp.engine in FP8_DISPATCH_ENGINES and inp.precisions.compute != "bf16"
                                          else inp.precisions.activation_bytes)
     accel = inp.rack.accelerator
@@ -269,7 +258,7 @@ def _expert_exchange(ctx: StepContext, tokens_rank: np.ndarray, mode: str) -> tu
     x = ctx.shared(("exchange", mode), lambda: (lay, inp.engine, inp.expert_groups_local, ctx.links.stage, inp.rack.n_accelerators),
                    lambda: _exchange(ctx, mode))
     if None in x.curves:  # the engine has no all-to-all table here: the exchange over the graph's links
-        return roofline_exchange(ctx, tokens_rank * lay.dp_attn), Spread()
+        return roofline_exchange(ctx, tokens_rank * lay.dp_attn, once_per_domain=mode == "normal"), Spread()
     tokens = tokens_rank * inp.expert_imbalance * lay.expert_tp
     local, remote = tokens * x.local, tokens * x.remote
     factors = ctx.reused(("all-to-all factors", mode, x.key), (tokens_rank,), lambda: _exchange_factors(x, tokens_rank))

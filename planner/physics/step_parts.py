@@ -22,14 +22,16 @@ from planner.physics.memory import (
 from planner.physics.roofline import (
     all_reduce_time_s,
     all_to_all_time_s,
+    domains_per_token,
     expert_touch_fraction,
     point_to_point_time_s,
 )
 from planner.physics.stages import Stages, attention_heads_per_rank
+from planner.precision import input_bytes_per_value, matmul_format
 
-__all__ = ["ALL_REDUCES_PER_LAYER", "DISPATCH_AND_COMBINE", "StepContext", "StepTerms", "all_reduces_per_stage", "decode_kv_bytes",
-           "moe_exchange", "pp_send", "roofline_all_reduces", "roofline_comm", "roofline_exchange",
-           "touch_fraction"]
+__all__ = ["ALL_REDUCES_PER_LAYER", "DISPATCH_AND_COMBINE", "ExchangeCopies", "StepContext", "StepTerms", "all_reduces_per_stage",
+           "decode_kv_bytes", "exchange_copies", "moe_exchange", "pp_send", "roofline_all_reduces", "roofline_comm", "roofline_exchange",
+           "stage_domains", "touch_fraction"]
 
 ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style tensor parallelism)
 DISPATCH_AND_COMBINE = 2  # an expert all-to-all goes out (dispatch) and comes back (combine)
@@ -154,18 +156,18 @@ def moe_exchange(ctx: StepContext) -> bool:
     return arch.is_moe and lay.dp_attn > 1
 
 
-def roofline_comm(ctx: StepContext, tokens_per_rank: np.ndarray, tokens_per_stage: np.ndarray) -> np.ndarray:
+def roofline_comm(ctx: StepContext, tokens_per_rank: np.ndarray, tokens_per_stage: np.ndarray, prefill: bool = False) -> np.ndarray:
     """Per-stage communication of one forward pass over the graph's links: TP all-reduces, the MoE
-    token exchange, the hand-off to the next stage.
+    token exchange (`roofline_exchange`; a prefill pass's forwards inside domains), the hand-off to
+    the next stage.
 
     The MoE exchange is needed whenever a MoE layer mixes tokens of several attention ranks
     (`moe_exchange`). Each token goes to its k experts' ranks
     (docs/physics.md: B * k * d * b_a per layer), or with ep = 1 once to every rank, and reaches all
-    `expert_tp` accelerators of each; (n-1)/n of the copies leave their sender. It replaces the MoE
-    layer's MLP all-reduce."""
+    `expert_tp` accelerators of each. It replaces the MoE layer's MLP all-reduce."""
     comm = roofline_all_reduces(ctx, tokens_per_rank)
     if moe_exchange(ctx):
-        comm = comm + roofline_exchange(ctx, tokens_per_stage)
+        comm = comm + roofline_exchange(ctx, tokens_per_stage, once_per_domain=prefill)
     return comm + pp_send(ctx, tokens_per_stage)
 
 
@@ -181,15 +183,62 @@ def roofline_all_reduces(ctx: StepContext, tokens_per_rank: np.ndarray) -> np.nd
     return all_reduces_per_stage(ctx) * all_reduce_time_s(message, inp.layout.tp, eff.tp_bytes_per_s, eff.latency_s)
 
 
-def roofline_exchange(ctx: StepContext, tokens_per_stage: np.ndarray) -> np.ndarray:
-    """Dispatch and combine of every MoE layer over the graph's links (bisection and injection bound)."""
-    inp, eff, lay, arch = ctx.inp, ctx.eff, ctx.inp.layout, ctx.inp.arch
+def stage_domains(ctx: StepContext) -> int:
+    """Scale-up domains one pipeline stage spans."""
+    return -(-ctx.inp.layout.stage_size // ctx.inp.rack.n_accelerators) if ctx.links.stage.spans_domains else 1
+
+
+class ExchangeCopies(NamedTuple):
+    """Copies of one token an expert all-to-all sends to other accelerators of its stage: `local` inside
+    the sender's scale-up domain, `remote` across the scale-out network."""
+
+    local: float
+    remote: float
+
+
+def exchange_copies(ctx: StepContext, once_per_domain: bool) -> ExchangeCopies:
+    """Each token goes to its k experts (with ep = 1 once to every rank), the experts spread evenly
+    over the stage's S accelerators in D domains: k (S-1)/S copies leave the sender, k (D-1)/D of them
+    for another domain. With `once_per_domain` a token crosses the scale-out network once per remote
+    domain that holds one of its experts and is forwarded inside it (DeepEP's normal mode; the least
+    traffic that reaches every expert): domains_per_token(k, D) (D-1)/D crossings, group-limited routing
+    capping the domains where the placement keeps expert groups inside them."""
+    inp = ctx.inp
+    arch, lay = inp.arch, inp.layout
     copies = arch.moe.experts_per_token if lay.ep > 1 else 1
-    remote = (lay.stage_size - 1) / lay.stage_size
-    hidden_bytes = arch.hidden_size * inp.precisions.activation_bytes
-    per_member = tokens_per_stage / lay.stage_size * copies * lay.expert_tp * hidden_bytes * remote * inp.expert_imbalance
-    one_way = all_to_all_time_s(per_member, lay.stage_size, eff.stage_injection_bytes_per_s, eff.stage_bisection_bytes_per_s, eff.latency_s)
-    return ctx.st.n_moe_layers * DISPATCH_AND_COMBINE * one_way
+    domains = stage_domains(ctx)
+    crossing = copies * (domains - 1) / domains
+    local = copies * (lay.stage_size - 1) / lay.stage_size - crossing
+    if once_per_domain and domains > 1:
+        groups = (arch.moe.expert_groups, arch.moe.groups_per_token) if inp.expert_groups_local else (1, 1)
+        crossing = domains_per_token(copies, domains, *groups) * (domains - 1) / domains
+    return ExchangeCopies(local, crossing)
+
+
+def roofline_exchange(ctx: StepContext, tokens_per_stage: np.ndarray, once_per_domain: bool) -> np.ndarray:
+    """Dispatch and combine of every MoE layer over the graph's links, in the least bytes: tokens go out
+    in the format the expert GEMMs read (`matmul_format`) where that is narrower than the activations,
+    and come back in the activations' format. The copies inside a domain move over its scale-up links
+    while those for other domains cross the scale-out network (injection and bisection bound), at the
+    same time. `once_per_domain` (a prefill pass): a token crosses once per remote domain
+    its experts sit in and is forwarded inside it (`exchange_copies`; DeepEP's normal kernels); a decode
+    step sends every copy directly, as low-latency kernels do to save the forwarding hop."""
+    inp, eff, lay, arch = ctx.inp, ctx.eff, ctx.inp.layout, ctx.inp.arch
+    x = exchange_copies(ctx, once_per_domain)
+    tokens = tokens_per_stage / lay.stage_size * lay.expert_tp * inp.expert_imbalance
+    prec = inp.precisions
+    activation_bytes, expert_input = prec.activation_bytes, matmul_format(prec.compute, prec.expert_weights or prec.weights)
+    total = 0.0 * tokens_per_stage
+    for value_bytes in (min(activation_bytes, input_bytes_per_value(expert_input)), activation_bytes):
+        per_copy = arch.hidden_size * value_bytes
+        if x.remote > 0:
+            across = all_to_all_time_s(tokens * x.remote * per_copy, lay.stage_size, eff.stage_injection_bytes_per_s,
+                                       eff.stage_bisection_bytes_per_s, eff.latency_s)
+            total = total + np.maximum(across, tokens * x.local * per_copy / inp.rack.accelerator.achievable_scale_up_bytes_per_s)
+        else:
+            total = total + all_to_all_time_s(tokens * x.local * per_copy, lay.stage_size, eff.stage_injection_bytes_per_s,
+                                              eff.stage_bisection_bytes_per_s, eff.latency_s)
+    return ctx.st.n_moe_layers * total
 
 
 def pp_send(ctx: StepContext, tokens_per_stage: np.ndarray) -> np.ndarray:
