@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.hardware.kernels import kernel_rates
-from planner.model.architecture import kv_bytes_per_request, kv_bytes_per_sequence
+from planner.model.architecture import kv_bytes_per_request
 from planner.modes import Engine, ServingRole, StepModel
 from planner.physics.draft import draft_memory, prefill_with_draft
 from planner.physics.first_token import (
@@ -32,6 +32,7 @@ from planner.physics.kv_cache import cached_bytes
 from planner.physics.links import ReplicaLinks, default_replica_links, effective_links
 from planner.physics.memory import (
     activation_bytes_per_accelerator,
+    held_kv_bytes_per_layer,
     kv_bytes_per_accelerator,
     kv_shard_fraction,
     weight_bytes_per_accelerator,
@@ -79,7 +80,7 @@ def _memory_per_stage(inp: DeploymentInputs, st: Stages) -> tuple[np.ndarray, np
     weights = weight_bytes_per_accelerator(st.dense_params + st.vocab_params_stored, st.routed_total_params * inp.expert_slot_factor,
                                            lay.tp, lay.stage_size, prec.weight_bytes, prec.expert_weight_bytes)
     max_context, _ = kv_reservation(inp)
-    kv = st.per_stage(kv_bytes_per_sequence(arch, max_context, prec.kv_bytes))
+    kv = st.per_stage(held_kv_bytes_per_layer(arch, inp.engine, max_context, inp.step_model, prec.kv_bytes))
     draft_weights, draft_kv = draft_memory(inp, max_context)  # the MTP module sits on the last stage
     return weights + np.where(st.is_last, draft_weights, 0.0), kv + np.where(st.is_last, draft_kv, 0.0)
 
@@ -88,7 +89,7 @@ def _kept_memory(ctx: StepContext) -> tuple[np.ndarray, np.ndarray]:
     """`_memory_per_stage`, kept for contexts on the same model, accelerator, formats and layout that
     reserve as much KV per sequence and hold the draft module alike."""
     inp = ctx.inp
-    return ctx.shared(("memory",), lambda: (inp.layout, inp.expert_slot_factor, kv_reservation(inp)[0], inp.speculative is None),
+    return ctx.shared(("memory",), lambda: (inp.layout, inp.expert_slot_factor, kv_reservation(inp)[0], inp.speculative is None, inp.engine),
                       lambda: _memory_per_stage(inp, ctx.st))
 
 

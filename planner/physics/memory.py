@@ -4,20 +4,37 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.model.architecture import AttentionKind, ModelArch
+from planner.model.architecture import (
+    AttentionKind,
+    ModelArch,
+    kv_bytes_per_token_per_layer,
+    layer_windows,
+)
+from planner.modes import Engine, StepModel
 
 __all__ = [
     "LOGIT_BYTES",
     "MemoryUse",
     "activation_bytes_per_accelerator",
+    "held_kv_bytes_per_layer",
+    "held_kv_tokens_per_layer",
     "kv_bytes_per_accelerator",
     "kv_shard_fraction",
     "weight_bytes_per_accelerator",
+    "windowed_kv_note",
 ]
 
 LOGIT_BYTES = 4  # samplers keep fp32 logits
 LIVE_HIDDEN_VECTORS = 2  # residual stream and the normalised input of the current block
 LIVE_MLP_VECTORS = 2  # gate and up projections of the current MLP, alive together
+
+# SGLang's hybrid sliding-window pool (on for gpt-oss with every attention backend from 0.5.10, for Llama 4's
+# chunked layers from 0.5.8-0.5.9): the windowed layers' pool holds --swa-full-tokens-ratio times the full pool's
+# tokens, default 0.8 in every release read (0.5.1-0.5.10.post1; python/sglang/srt/server_args.py, the pools sized in
+# model_runner_kv_cache_mixin.py _resolve_hybrid_swa_tokens), and ScheduleBatch.maybe_evict_swa frees a sequence's
+# out-of-window tokens every window's worth of decode steps, so a sequence holds up to two windows there.
+SGLANG_SWA_FULL_TOKENS_RATIO = 0.8
+SGLANG_SWA_WINDOWS_HELD = 2
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,50 @@ def kv_shard_fraction(arch: ModelArch, tp: int) -> float:
     if att.kind is AttentionKind.MLA:
         return 1.0
     return 1.0 / min(tp, att.n_kv_heads)
+
+
+def held_kv_tokens_per_layer(arch: ModelArch, engine: Engine, context_tokens: float, step_model: StepModel) -> np.ndarray:
+    """Tokens of KV a sequence of `context_tokens` takes from each layer's share of HBM, shape (n_layers,): the
+    context in a full-attention layer; in a sliding-window or chunked layer what the engine's cache manager holds.
+
+    - the ideal roofline and vLLM: the window (vLLM's hybrid KV cache manager, on by default, frees the blocks
+      behind it: SlidingWindowManager and ChunkedLocalAttentionManager in vllm/v1/core/single_type_kv_cache_manager.py).
+    - TensorRT-LLM: the whole context. Without kv_cache_config.max_attention_window (which neither gpt-oss's nor
+      Llama 4's model code, nor trtllm-bench, sets) its KVCacheManager sizes every layer at the maximum sequence
+      length and the window reaches the attention kernel only (_torch/pyexecutor/resource_manager.py,
+      _torch/models/modeling_gpt_oss.py AttentionBlock, modeling_llama.py Llama4Attention).
+    - SGLang: the windowed layers' pool has SGLANG_SWA_FULL_TOKENS_RATIO times the full pool's tokens and the
+      memory is split so, whichever pool fills first; per sequence that costs the full layers max(L, held / r)
+      tokens and the windowed ones r times that, held = min(L, 2 w)."""
+    windows = layer_windows(arch)
+    context, ideal = float(context_tokens), step_model is not StepModel.CALIBRATED
+    windowed = np.isfinite(windows)
+    if not windowed.any() or engine is Engine.TRTLLM and not ideal:
+        return np.full(len(windows), context)
+    if engine is not Engine.SGLANG or ideal:
+        return np.minimum(context, windows)
+    held = np.minimum(context, SGLANG_SWA_WINDOWS_HELD * windows[windowed]).max()
+    full = max(context, held / SGLANG_SWA_FULL_TOKENS_RATIO)
+    return np.where(windowed, SGLANG_SWA_FULL_TOKENS_RATIO * full, full)
+
+
+def held_kv_bytes_per_layer(arch: ModelArch, engine: Engine, context_tokens: float, step_model: StepModel,
+                            kv_bytes_per_value: float) -> np.ndarray:
+    """KV bytes a sequence of `context_tokens` takes in each layer (`held_kv_tokens_per_layer`), shape (n_layers,)."""
+    return kv_bytes_per_token_per_layer(arch, kv_bytes_per_value) * held_kv_tokens_per_layer(arch, engine, context_tokens, step_model)
+
+
+def windowed_kv_note(arch: ModelArch, engine: Engine, step_model: StepModel) -> str | None:
+    """How the KV of a model's sliding-window or chunked layers is reserved (`held_kv_tokens_per_layer`)."""
+    if not np.isfinite(layer_windows(arch)).any():
+        return None
+    if step_model is not StepModel.CALIBRATED or engine is Engine.VLLM:
+        return "windowed attention layers hold only their window of KV (vLLM's hybrid KV cache manager frees the blocks behind it)"
+    if engine is Engine.TRTLLM:
+        return ("windowed attention layers hold KV for the whole sequence: TensorRT-LLM sizes every layer at the maximum "
+                "length unless kv_cache_config.max_attention_window is set, and the window reaches only the attention kernel")
+    return (f"windowed attention layers draw on SGLang's hybrid SWA pool, sized at {SGLANG_SWA_FULL_TOKENS_RATIO:g} of the full "
+            "pool's tokens (--swa-full-tokens-ratio), which costs each sequence that share of its length in those layers")
 
 
 def kv_bytes_per_accelerator(sequences_per_rank: float, kv_bytes_per_sequence: np.ndarray, shard_fraction: float) -> np.ndarray:
