@@ -87,6 +87,7 @@ def test_import_reads_the_fp8_block_size():
 def test_import_sliding_window_and_mxfp4_experts():
     arch = arch_from_spec(spec_from_hf_config(GPT_OSS_20B, "oss"))
     assert arch.layer_window_tokens.count(None) == 12 and arch.layer_window_tokens.count(128) == 12
+    assert not arch.window_chunked  # gpt-oss slides over the last 128 tokens
     assert arch.native_expert_weights_precision == "mxfp4"
     assert arch.attention.sinks and arch.attention.qkv_bias and arch.moe.expert_bias
 

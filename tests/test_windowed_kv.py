@@ -68,3 +68,30 @@ def test_gpt_oss_kv_per_sequence_on_tensorrt_llm_and_vllm(run_estimate):
     assert trt.memory.kv_bytes == pytest.approx(64 * 24 * 2048 * per_token_layer, rel=1e-9)
     assert vllm.memory.kv_bytes == pytest.approx(64 * 12 * per_token_layer * (1689.6 + 128), rel=1e-9)
     assert any("whole sequence" in note for note in trt.assumptions)
+
+
+def test_chunked_attention_pairs_by_hand():
+    from planner.physics.roofline import chunked_attention_pairs
+
+    # chunks of 4 over 10 tokens: 1+2+3+4, 1+2+3+4, 1+2 = 23
+    assert chunked_attention_pairs(10, 4) == 23
+    assert chunked_attention_pairs(3, 4) == 6  # inside one chunk: plain causal, 3 x 4 / 2
+    # two whole 8192-token chunks and 1000 more: 2 x 8192 x 8193 / 2 + 1000 x 1001 / 2
+    assert chunked_attention_pairs(17384, 8192) == 2 * 8192 * 8193 / 2 + 1000 * 1001 / 2
+
+
+def test_a_decode_query_reads_its_own_chunk_in_llama_4(models):
+    """Llama 4 Maverick's chunked layers (C = 8192): an output token at position p reads the (p - 1) mod C + 1 tokens
+    of its chunk. 8K in / 1K out: positions 8193-9216 sit at the start of the second chunk, 1..1024 tokens, 512.5 on
+    average, where a sliding window would read 8192. 1K in / 8K out: positions 1025-9216 read 1025..8192 and then
+    1..1024: (8192 x 8193 / 2 - 1024 x 1025 / 2 + 1024 x 1025 / 2) / 8192 = 4096.5. The global layers read the mean
+    context, input + output / 2."""
+    from planner.physics.stages import decode_context_per_layer
+
+    arch = models["llama-4-maverick"]
+    assert arch.window_chunked and not models["gpt-oss-20b"].window_chunked
+    assert _split(decode_context_per_layer(arch, 8192, 1024), arch) == ({512.5}, {8704.0})
+    assert _split(decode_context_per_layer(arch, 1024, 8192), arch) == ({4096.5}, {5120.0})
+    # gpt-oss slides: the last 128 tokens
+    oss = models["gpt-oss-20b"]
+    assert _split(decode_context_per_layer(oss, 8192, 1024), oss) == ({128.0}, {8704.0})

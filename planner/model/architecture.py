@@ -111,6 +111,7 @@ class ModelArch:
     layer_is_moe: tuple[bool, ...]
     layer_window_tokens: tuple[int | None, ...]  # None = full attention; else sliding/chunked window
     max_context_tokens: int
+    window_chunked: bool = False  # windowed layers attend within fixed chunks (Llama 4), not over a sliding window
     native_weights_precision: Precision = Precision.BF16
     native_expert_weights_precision: Precision | None = None
     fp8_block_size: int = 0  # fp8 checkpoints quantised in square blocks of this many values (0: per tensor or none)

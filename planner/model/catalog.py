@@ -120,6 +120,8 @@ class WindowSpec(EdgeModel):
 
     window_tokens: Annotated[int, Field(ge=1, le=MAX_CONTEXT_TOKENS)] = Field(description="tokens a windowed layer attends to")
     global_every: int = Field(default=0, ge=0, le=MAX_LAYERS, description="0 = every layer is windowed")
+    chunked: bool = Field(default=False, description="chunked local attention (Llama 4): a token attends to the tokens of its "
+                          "own window_tokens-long chunk, not to the last window_tokens")
 
 
 class PublishedSpec(EdgeModel):
@@ -253,6 +255,7 @@ def arch_from_spec(spec: ModelSpec) -> ModelArch:
         moe=moe,
         layer_is_moe=_layer_is_moe(spec),
         layer_window_tokens=_layer_windows(spec),
+        window_chunked=bool(spec.attention_window and spec.attention_window.chunked),
         max_context_tokens=spec.max_context_tokens,
         native_weights_precision=spec.native_weights_precision,
         native_expert_weights_precision=spec.native_expert_weights_precision,

@@ -167,11 +167,12 @@ def _window(cfg: dict, model_type: str, n_layers: int, path: str) -> dict | None
         if not any(local):
             return None
         window = cfg.get("sliding_window") or cfg.get("attention_chunk_size")
-        return {"window_tokens": _require({"w": window}, "w", path + ": sliding_window"), "global_every": _global_every([not x for x in local], path)}
+        return {"window_tokens": _require({"w": window}, "w", path + ": sliding_window"), "global_every": _global_every([not x for x in local], path),
+                "chunked": "chunked_attention" in kinds}
     if model_type.startswith("llama4") and cfg.get("attention_chunk_size"):
         no_rope = cfg.get("no_rope_layers")  # 1 = RoPE + chunked attention, 0 = NoPE global layer
         flags = [not bool(x) for x in no_rope] if no_rope else [(i + 1) % LLAMA4_NO_ROPE_LAYER_INTERVAL == 0 for i in range(n_layers)]
-        return {"window_tokens": cfg["attention_chunk_size"], "global_every": _global_every(flags, path)}
+        return {"window_tokens": cfg["attention_chunk_size"], "global_every": _global_every(flags, path), "chunked": True}
     if cfg.get("sliding_window") and cfg.get("use_sliding_window", True):
         return {"window_tokens": cfg["sliding_window"], "global_every": 0}
     return None

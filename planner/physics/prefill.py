@@ -17,6 +17,7 @@ from planner.physics.kernels import KernelTime, prefill_attention_kernel
 from planner.physics.memory import kv_shard_fraction, weight_bytes_per_accelerator
 from planner.physics.roofline import (
     causal_attention_pairs,
+    chunked_attention_pairs,
     compute_time_s,
     matmul_flops,
     memory_time_s,
@@ -78,7 +79,10 @@ def pass_shape(prompt_tokens: int, budget_tokens: int, prompts_per_rank) -> tupl
 def _attention_pairs(ctx: StepContext) -> np.ndarray:
     """Causal attention FLOPs of one prompt on each stage (pp,)."""
     inp = ctx.inp
-    pairs = causal_attention_pairs(inp.input_tokens, layer_windows(inp.arch))
+    windows = layer_windows(inp.arch)
+    chunked = np.isfinite(windows) & inp.arch.window_chunked
+    pairs = np.where(chunked, chunked_attention_pairs(inp.input_tokens, np.where(chunked, windows, 1.0)),
+                     causal_attention_pairs(inp.input_tokens, windows))
     return ctx.st.per_stage(attention_flops_per_context_token(inp.arch, absorbed=False) * pairs)
 
 

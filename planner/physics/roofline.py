@@ -19,6 +19,7 @@ __all__ = [
     "all_reduce_time_s",
     "all_to_all_time_s",
     "causal_attention_pairs",
+    "chunked_attention_pairs",
     "compute_time_s",
     "critical_batch_size",
     "domains_per_token",
@@ -168,6 +169,17 @@ def causal_attention_pairs(prompt_tokens: float, window_tokens: float | np.ndarr
     t = float(prompt_tokens)
     w = np.minimum(window_tokens, t)
     return w * (w + 1) / 2 + (t - w) * w
+
+
+def chunked_attention_pairs(prompt_tokens: float, chunk_tokens: float | np.ndarray) -> float | np.ndarray:
+    """Query-key pairs of causal attention inside fixed chunks of C tokens over a prompt of T tokens
+    (Llama 4's chunked local attention): token i attends to the (i - 1) mod C + 1 tokens of its chunk so far,
+    sum_{i=1..T} ((i - 1) mod C + 1) = q C (C + 1) / 2 + r (r + 1) / 2 with T = q C + r."""
+    t = float(prompt_tokens)
+    c = np.asarray(chunk_tokens, dtype=float)
+    q = np.floor(t / c)
+    r = t - q * c
+    return q * c * (c + 1) / 2 + r * (r + 1) / 2
 
 
 def critical_batch_size(

@@ -18,9 +18,10 @@ from planner.model.architecture import (
 )
 from planner.physics.deployment import stage_of_layer
 from planner.physics.memory import kv_shard_fraction
+from planner.physics.roofline import chunked_attention_pairs
 
 __all__ = ["ELEMENTWISE_OPS_PER_LAYER", "GEMMS_PER_ATTENTION", "GemmGroup", "GemmShape", "Stages", "attention_heads_per_rank",
-           "elementwise_bytes_per_token", "gemm_groups", "gemm_shapes", "stages", "window_groups"]
+           "decode_context_per_layer", "elementwise_bytes_per_token", "gemm_groups", "gemm_shapes", "stages", "window_groups"]
 
 # Dense GEMM launches per layer (each a separate kernel with its own fixed time).
 GEMMS_PER_ATTENTION = {AttentionKind.MLA: 4, AttentionKind.GQA: 2}  # MLA: q, kv-down, kv-up (absorbed), out; GQA: fused qkv, out
@@ -170,11 +171,26 @@ def gemm_groups(arch: ModelArch, pp: int, tp: int, bf16: bool, with_head: bool) 
                      np.stack([g.count for g in shapes]), tuple((float(g.n), float(g.k)) for g in shapes))
 
 
+def decode_context_per_layer(arch: ModelArch, input_tokens: float, output_tokens: float) -> np.ndarray:
+    """Context tokens a decode query reads in each layer (n_layers,), over a request's output: the mean
+    context S = input + output / 2 in a full-attention layer, min(S, w) in a sliding-window layer; in a
+    chunked layer (Llama 4) the mean over the output positions p of the tokens of p's own chunk,
+    (p - 1) mod C + 1 (`chunked_attention_pairs` between the prompt's end and the last position, per
+    position), about C / 2 once the output spans chunks and a few tokens just past a chunk boundary."""
+    windows = layer_windows(arch)
+    lengths = np.minimum(input_tokens + output_tokens / 2, windows)
+    chunked = np.isfinite(windows) & arch.window_chunked
+    if chunked.any() and output_tokens > 0:
+        c = windows[chunked]
+        lengths[chunked] = (chunked_attention_pairs(input_tokens + output_tokens, c) - chunked_attention_pairs(input_tokens, c)) / output_tokens
+    return lengths
+
+
 @functools.lru_cache(maxsize=1024)
-def window_groups(arch: ModelArch, pp: int, context_tokens: float) -> tuple[tuple[float, np.ndarray], ...]:
-    """(KV length, layers per stage) for each distinct KV length a decode step's layers read at
-    `context_tokens` of context: each layer at min(context, its window)."""
-    lengths = np.minimum(context_tokens, layer_windows(arch))
+def window_groups(arch: ModelArch, pp: int, input_tokens: float, output_tokens: float) -> tuple[tuple[float, np.ndarray], ...]:
+    """(KV length, layers per stage) for each distinct KV length a decode step's layers read over a
+    request of these lengths (`decode_context_per_layer`)."""
+    lengths = decode_context_per_layer(arch, input_tokens, output_tokens)
     to_stage = stage_of_layer(arch.n_layers, pp)
     return tuple((float(length), np.bincount(to_stage, weights=(lengths == length).astype(float), minlength=pp))
                  for length in np.unique(lengths))

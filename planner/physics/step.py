@@ -12,9 +12,10 @@ Arrays have shape (n_batches, pp); token counts come in as (n, 1).
 
 import numpy as np
 
-from planner.model.architecture import attention_flops_per_context_token, layer_windows
+from planner.model.architecture import attention_flops_per_context_token
 from planner.physics.memory import weight_bytes_per_accelerator
 from planner.physics.roofline import compute_time_s, matmul_flops, memory_time_s
+from planner.physics.stages import decode_context_per_layer
 from planner.physics.step_calibrated import calibrated_decode
 from planner.physics.step_parts import (
     StepContext,
@@ -31,8 +32,8 @@ def _roofline_decode(ctx: StepContext, micro_batch: np.ndarray, per_rank: np.nda
                      rank_extra: np.ndarray, queries: float = 1.0) -> tuple[StepTerms, np.ndarray]:
     inp, st = ctx.inp, ctx.st
     arch, lay, prec = inp.arch, inp.layout, inp.precisions
-    mean_context = inp.input_tokens + inp.output_tokens / 2
-    attention = st.per_stage(attention_flops_per_context_token(arch, absorbed=True) * np.minimum(mean_context, layer_windows(arch)))
+    context = decode_context_per_layer(arch, inp.input_tokens, inp.output_tokens)
+    attention = st.per_stage(attention_flops_per_context_token(arch, absorbed=True) * context)
     flops = (matmul_flops(st.dense_params + st.head_params, per_rank * queries) + attention * per_rank * queries) / lay.tp
     flops = flops + matmul_flops(st.routed_active_params, micro_batch * queries) / lay.stage_size * inp.expert_imbalance
     touch = touch_fraction(arch, micro_batch * queries + extra)

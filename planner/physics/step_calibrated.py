@@ -158,7 +158,7 @@ def _attention(ctx: StepContext) -> tuple:
                                              arch.attention.kind is AttentionKind.MLA)
     heads = attention_heads_per_rank(arch, inp.layout.tp)
     per_token = kv_bytes_per_token_per_layer(arch, prec.kv_bytes) * kv_shard_fraction(arch, inp.layout.tp)
-    return curve, heads, per_token, window_groups(arch, inp.layout.pp, float(inp.input_tokens + inp.output_tokens / 2))
+    return curve, heads, per_token, window_groups(arch, inp.layout.pp, float(inp.input_tokens), float(inp.output_tokens))
 
 
 def decode_attention(ctx: StepContext, per_rank: np.ndarray, queries: float = 1.0) -> KernelTime:

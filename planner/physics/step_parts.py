@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from planner.hardware.kernels import KernelRates
-from planner.model.architecture import ModelArch, kv_bytes_per_sequence
+from planner.model.architecture import ModelArch, kv_bytes_per_token_per_layer
 from planner.modes import StepModel
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.links import EffectiveLinks, ReplicaLinks
@@ -26,7 +26,11 @@ from planner.physics.roofline import (
     expert_touch_fraction,
     point_to_point_time_s,
 )
-from planner.physics.stages import Stages, attention_heads_per_rank
+from planner.physics.stages import (
+    Stages,
+    attention_heads_per_rank,
+    decode_context_per_layer,
+)
 from planner.precision import input_bytes_per_value, matmul_format
 
 __all__ = ["ALL_REDUCES_PER_LAYER", "DISPATCH_AND_COMBINE", "ExchangeCopies", "StepContext", "StepTerms", "all_reduces_per_stage",
@@ -252,6 +256,6 @@ def pp_send(ctx: StepContext, tokens_per_stage: np.ndarray) -> np.ndarray:
 
 def decode_kv_bytes(ctx: StepContext, per_rank: np.ndarray) -> np.ndarray:
     inp = ctx.inp
-    mean_context = inp.input_tokens + inp.output_tokens / 2
-    per_sequence = ctx.st.per_stage(kv_bytes_per_sequence(inp.arch, mean_context, inp.precisions.kv_bytes))
+    context = decode_context_per_layer(inp.arch, inp.input_tokens, inp.output_tokens)
+    per_sequence = ctx.st.per_stage(kv_bytes_per_token_per_layer(inp.arch, inp.precisions.kv_bytes) * context)
     return kv_bytes_per_accelerator(per_rank, per_sequence, kv_shard_fraction(inp.arch, inp.layout.tp))
