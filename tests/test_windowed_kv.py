@@ -95,3 +95,4 @@ def test_a_decode_query_reads_its_own_chunk_in_llama_4(models):
     # gpt-oss slides: the last 128 tokens
     oss = models["gpt-oss-20b"]
     assert _split(decode_context_per_layer(oss, 8192, 1024), oss) == ({128.0}, {8704.0})
+

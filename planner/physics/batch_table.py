@@ -32,6 +32,7 @@ from planner.physics.kv_cache import cached_bytes
 from planner.physics.links import ReplicaLinks, default_replica_links, effective_links
 from planner.physics.memory import (
     activation_bytes_per_accelerator,
+    engine_kv_margin_bytes,
     held_kv_bytes_per_layer,
     kv_bytes_per_accelerator,
     kv_shard_fraction,
@@ -56,13 +57,12 @@ PAGED_KV_HEADROOM = 0.10
 def kv_reservation(inp: DeploymentInputs) -> tuple[float, str]:
     """Tokens of KV held per sequence, and how the engine's scheduler decides it.
 
-    A prefill replica holds whole prompts. TensorRT-LLM's default capacity scheduler,
-    GUARANTEED_NO_EVICT, admits a request only when blocks for its prompt plus its whole output are
-    free (TensorRT-LLM docs, "Useful Runtime Options": the default policy guarantees a started
-    request is never paused), so each sequence holds prompt + output. vLLM and SGLang admit on the
-    current length and preempt or retract when the pool runs out: sequences are paged at their
-    actual length, on average the prompt + half the output, plus the headroom. The ideal roofline
-    pages like them."""
+    A prefill replica holds whole prompts. TensorRT-LLM's default capacity scheduler, GUARANTEED_NO_EVICT,
+    admits a request only when blocks for its prompt plus its whole output are free (TensorRT-LLM docs,
+    "Useful Runtime Options": a started request is never paused), so each sequence holds prompt + output.
+    vLLM and SGLang admit on the current length and preempt or retract when the pool runs out: sequences
+    are paged at their actual length, on average the prompt + half the output, plus the headroom. The
+    ideal roofline pages like them."""
     full = float(inp.input_tokens + inp.output_tokens)
     if inp.role is ServingRole.PREFILL:
         return float(inp.input_tokens), "a prefill replica holds whole prompts"
@@ -114,8 +114,8 @@ def _memory(inp: DeploymentInputs, per_stage: tuple[np.ndarray, np.ndarray], chu
     logits_tokens = np.where(np.arange(lay.pp) == lay.pp - 1, micro_per_rank, 0.0)
     activations = activation_bytes_per_accelerator(tokens, arch.hidden_size, mlp_width / lay.tp, prec.activation_bytes,
                                                    logits_tokens, arch.vocab_size / lay.tp, dispatch)
-    group = max(lay.tp, lay.stage_size if lay.ep > 1 else 1)
-    activations = activations + inp.overheads.runtime_reserved_bytes + inp.overheads.communication_buffer_bytes(group)
+    activations = activations + inp.overheads.runtime_reserved_bytes + inp.overheads.communication_buffer_bytes(max(lay.tp, lay.stage_size if lay.ep > 1 else 1))
+    activations = activations + engine_kv_margin_bytes(inp, weights, activations)  # what the engine keeps out of its KV pool
     if lay.pp == 1:  # its one stage is the fullest
         return weights[:, 0], kv[:, 0], activations[:, 0]
     fullest = np.argmax(weights + kv + activations, axis=1)

@@ -23,7 +23,7 @@ from planner.physics.draft import speculative_note
 from planner.physics.first_token import TTFT_QUANTILE
 from planner.physics.inputs import DeploymentInputs
 from planner.physics.links import ReplicaLinks, default_replica_links
-from planner.physics.memory import MemoryUse, windowed_kv_note
+from planner.physics.memory import MemoryUse, engine_kv_margin_note, windowed_kv_note
 from planner.physics.roofline import StepTime
 from planner.units import GB, SECONDS_PER_HOUR, TB, TFLOP, US
 
@@ -307,7 +307,7 @@ def _assumptions(inp: DeploymentInputs, t: BatchTable, links: ReplicaLinks) -> t
     notes = _model_notes(inp, t, flops_per_s, bw) + [
         (f"decode KV reads use the mean context {inp.input_tokens + inp.output_tokens / 2:g} tokens (input + output/2); "
         f"{kv_reservation(inp)[1]}"),
-        *filter(None, [windowed_kv_note(inp.arch, inp.engine, inp.step_model)]),
+        *filter(None, [windowed_kv_note(inp.arch, inp.engine, inp.step_model), engine_kv_margin_note(inp.engine, inp.step_model)]),
         _role_note(inp, chunk),
         f"price ${accel.price_usd_per_hour:.2f}/h per {accel.id} (estimate: {accel.price_basis})",
         ("the scale-out network is a non-blocking fabric; collectives pay "

@@ -1,6 +1,7 @@
 """HBM use per accelerator: weight shard, KV-cache shard, activations and fixed reserves."""
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,11 +12,17 @@ from planner.model.architecture import (
     layer_windows,
 )
 from planner.modes import Engine, StepModel
+from planner.units import GB, MIB
+
+if TYPE_CHECKING:
+    from planner.physics.inputs import DeploymentInputs
 
 __all__ = [
     "LOGIT_BYTES",
     "MemoryUse",
     "activation_bytes_per_accelerator",
+    "engine_kv_margin_bytes",
+    "engine_kv_margin_note",
     "held_kv_bytes_per_layer",
     "held_kv_tokens_per_layer",
     "kv_bytes_per_accelerator",
@@ -35,6 +42,24 @@ LIVE_MLP_VECTORS = 2  # gate and up projections of the current MLP, alive togeth
 # out-of-window tokens every window's worth of decode steps, so a sequence holds up to two windows there.
 SGLANG_SWA_FULL_TOKENS_RATIO = 0.8
 SGLANG_SWA_WINDOWS_HELD = 2
+
+# What an engine keeps out of its KV pool at its defaults, beyond the weights and a forward pass's peak.
+# TensorRT-LLM: KvCacheConfig.free_gpu_memory_fraction 0.9 of the memory left after a max_num_tokens profiling
+# pass (llmapi/llm_args.py; _torch/pyexecutor/_util.py KvCacheCreator.configure_kv_cache_capacity; trtllm-bench
+# --kv_cache_free_gpu_mem_fraction 0.90). vLLM: gpu_memory_utilization 0.92 of the whole memory from 0.20 on, 0.9
+# before (vllm/config/cache.py; v1/worker/gpu_worker.py determine_available_memory). SGLang: mem_fraction_static
+# chosen so that R MiB stay free for activations and CUDA graphs (srt/server_args.py _handle_gpu_memory_settings,
+# 0.5.5; memory_hook.py in 0.5.23): R = 512 + 1.5 max(chunked_prefill_size, 2048) + 2 cuda_graph_max_bs
+# + 1024 tp pp / 8 (MLA models 1536 more in 0.5.23), at least 10240 on parts over 60 GB, with chunked_prefill_size
+# 8192 (16384 from 160 GB) and cuda_graph_max_bs 256 under tp 4, else 512 (512 from 160 GB).
+TRTLLM_FREE_MEMORY_FRACTION = 0.9
+VLLM_GPU_MEMORY_UTILIZATION = 0.92
+SGLANG_RESERVE_BASE_MIB = 512
+SGLANG_RESERVE_MIB_PER_CHUNK_TOKEN = 1.5
+SGLANG_RESERVE_MIB_PER_GRAPH_BATCH = 2
+SGLANG_RESERVE_MIB_PER_8_RANKS = 1024
+SGLANG_RESERVE_MLA_MIB = 1536
+SGLANG_RESERVE_FLOOR_MIB = 10240  # on parts with more than 60 GB
 
 
 @dataclass(frozen=True)
@@ -125,6 +150,47 @@ def windowed_kv_note(arch: ModelArch, engine: Engine, step_model: StepModel) -> 
                 "length unless kv_cache_config.max_attention_window is set, and the window reaches only the attention kernel")
     return (f"windowed attention layers draw on SGLang's hybrid SWA pool, sized at {SGLANG_SWA_FULL_TOKENS_RATIO:g} of the full "
             "pool's tokens (--swa-full-tokens-ratio), which costs each sequence that share of its length in those layers")
+
+
+def _sglang_reserve_bytes(capacity_bytes: float, tp: int, pp: int, mla: bool) -> float:
+    """SGLang's default free memory for activations and CUDA graphs (the constants above)."""
+    large = capacity_bytes >= 160 * GB
+    chunk = 16384 if large else 8192
+    graph_batch = 512 if large or tp >= 4 else 256
+    reserve = (SGLANG_RESERVE_BASE_MIB + SGLANG_RESERVE_MIB_PER_CHUNK_TOKEN * max(chunk, 2048) + SGLANG_RESERVE_MIB_PER_GRAPH_BATCH * graph_batch
+               + SGLANG_RESERVE_MIB_PER_8_RANKS * tp * pp / 8 + (SGLANG_RESERVE_MLA_MIB if mla else 0))
+    if capacity_bytes > 60 * GB:
+        reserve = max(reserve, SGLANG_RESERVE_FLOOR_MIB)
+    return reserve * MIB
+
+
+def engine_kv_margin_bytes(inp: "DeploymentInputs", weights_bytes: np.ndarray, activations_bytes: np.ndarray) -> np.ndarray:
+    """HBM an engine at its defaults keeps out of its KV pool beyond the weights and `activations_bytes`
+    (the planner's forward-pass peak with the runtime reserve): TensorRT-LLM 10% of what is left, vLLM 8%
+    of the whole, SGLang its reserve where it exceeds the planner's activations. None for the roofline."""
+    engine, capacity_bytes, lay = inp.engine, inp.rack.accelerator.hbm_capacity_bytes, inp.layout
+    if inp.step_model is not StepModel.CALIBRATED:
+        return 0.0 * activations_bytes
+    if engine is Engine.TRTLLM:
+        return (1 - TRTLLM_FREE_MEMORY_FRACTION) * np.maximum(capacity_bytes - weights_bytes - activations_bytes, 0.0)
+    if engine is Engine.VLLM:
+        return (1 - VLLM_GPU_MEMORY_UTILIZATION) * capacity_bytes + 0.0 * activations_bytes
+    reserve = _sglang_reserve_bytes(capacity_bytes, lay.tp, lay.pp, inp.arch.attention.kind is AttentionKind.MLA)
+    return np.maximum(reserve - activations_bytes, 0.0)
+
+
+def engine_kv_margin_note(engine: Engine, step_model: StepModel) -> str | None:
+    """How the engine's default memory setting shrinks its KV pool (`engine_kv_margin_bytes`)."""
+    if step_model is not StepModel.CALIBRATED:
+        return None
+    if engine is Engine.TRTLLM:
+        return (f"the KV cache gets {TRTLLM_FREE_MEMORY_FRACTION:.0%} of the memory left after weights and a forward pass "
+                "(TensorRT-LLM's default free_gpu_memory_fraction); the rest is counted with the reserves")
+    if engine is Engine.VLLM:
+        return (f"weights, a forward pass and the KV cache share {VLLM_GPU_MEMORY_UTILIZATION:.0%} of HBM (vLLM's default "
+                "gpu_memory_utilization); the rest is counted with the reserves")
+    return ("SGLang's default mem_fraction_static leaves its reserve for activations and CUDA graphs free "
+            "(10-27 GiB by part and parallelism); it is counted with the reserves")
 
 
 def kv_bytes_per_accelerator(sequences_per_rank: float, kv_bytes_per_sequence: np.ndarray, shard_fraction: float) -> np.ndarray:
