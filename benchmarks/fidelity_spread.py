@@ -16,8 +16,8 @@ ratio with j = floor(0.1 (n + 1)). A new row exchangeable with them falls inside
 
 Which rows build a regime's band: a regime whose ratios differ from the other regimes' (two-sample
 Kolmogorov-Smirnov, p < 0.05) gets a band of its own rows; the regimes that do not differ share one
-band of all their rows. On the 231 rows of 2026-11-26 the three regimes do not differ (p 0.12-0.49; the
-source families do, Kruskal-Wallis p 0.02), so one band serves them all. On the first 166 rows
+band of all their rows. On the 231 rows of 2026-11-26 the three regimes do not differ (p 0.06-0.18; the
+source families do, Kruskal-Wallis p 0.001), so one band serves them all. On the first 166 rows
 per-regime percentile bands estimated the tails from 18-105 rows where 166 describe the same
 distribution, and on families they never saw they covered 68% of rows against 82% for a shared band.
 """

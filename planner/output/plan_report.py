@@ -42,7 +42,7 @@ def hbm_lines(result: SolveResult) -> list[str]:
     for d in result.deployments:
         c, m = d.candidate, d.estimate.memory
         role = "" if c.role is ServingRole.AGGREGATED else f"{c.role} "
-        parts = [("weights", m.weights_bytes), ("KV cache", m.kv_bytes), ("activations and buffers", m.activations_bytes),
+        parts = [("weights", m.weights_bytes), ("KV cache", m.kv_bytes), ("activations, buffers and the engine's KV margin", m.activations_bytes),
                  ("prompt cache", m.prompt_cache_bytes)]
         lines.append(f"{c.workload} on {c.rack_id} ({role}{c.layout.name}): {format_bytes(m.used_bytes)} of "
                      f"{format_bytes(m.capacity_bytes)} ({m.fill_fraction:.0%}): "

@@ -217,7 +217,7 @@ def _render_memory(e: Estimate, console: Console) -> None:
     memory = Table(title=f"HBM per accelerator ({accel.id}, {format_bytes(mem.capacity_bytes)})", title_justify="left")
     for name, justify in (("use", "left"), ("bytes", "right"), ("share", "right"), ("", "left")):
         memory.add_column(name, justify=justify)
-    for name, value in (("weights", mem.weights_bytes), ("KV cache", mem.kv_bytes), ("activations + reserves", mem.activations_bytes)):
+    for name, value in (("weights", mem.weights_bytes), ("KV cache", mem.kv_bytes), ("activations + reserves + KV margin", mem.activations_bytes)):
         memory.add_row(name, format_bytes(value), f"{value / mem.capacity_bytes:.0%}")
     status = "[green]fits[/green]" if mem.fits else "[red bold]DOES NOT FIT[/red bold]"
     memory.add_row("[bold]total[/bold]", f"[bold]{format_bytes(mem.used_bytes)}[/bold]", f"[bold]{mem.fill_fraction:.0%}[/bold]", status)
