@@ -143,7 +143,9 @@ def windowed_kv_note(arch: ModelArch, engine: Engine, step_model: StepModel) -> 
     """How the KV of a model's sliding-window or chunked layers is reserved (`held_kv_tokens_per_layer`)."""
     if not np.isfinite(layer_windows(arch)).any():
         return None
-    if step_model is not StepModel.CALIBRATED or engine is Engine.VLLM:
+    if step_model is not StepModel.CALIBRATED:
+        return "windowed attention layers hold only their window of KV (the ideal)"
+    if engine is Engine.VLLM:
         return "windowed attention layers hold only their window of KV (vLLM's hybrid KV cache manager frees the blocks behind it)"
     if engine is Engine.TRTLLM:
         return ("windowed attention layers hold KV for the whole sequence: TensorRT-LLM sizes every layer at the maximum "
