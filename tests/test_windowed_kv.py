@@ -96,3 +96,14 @@ def test_a_decode_query_reads_its_own_chunk_in_llama_4(models):
     oss = models["gpt-oss-20b"]
     assert _split(decode_context_per_layer(oss, 8192, 1024), oss) == ({128.0}, {8704.0})
 
+
+
+def test_a_decode_step_reads_llama_4_chunks_on_the_roofline(run_estimate):
+    """Maverick TP8 on an HGX H200 (4.8 TB/s at the achievable 0.8), batch 16, 8K in / 1K out, bf16 KV: a layer holds
+    2 x 8 KV heads x 128 x 2 bytes = 4,096 bytes per token, one KV head per GPU at TP8 (1/8 of it). A decode step reads,
+    per sequence, the 12 global layers at the mean context 8,704 tokens and the 36 chunked ones at 512.5 (the second
+    chunk's first 1,024 positions), not at 8,192 as a sliding window would."""
+    per_token_rank = 4096 / 8
+    kv_bytes = 16 * per_token_rank * (12 * 8704 + 36 * 512.5)
+    e = run_estimate("llama-4-maverick", "hgx-h200", 16, 8192, 1024, tp=8)
+    assert e.decode_step.kv_s == pytest.approx(kv_bytes / (4.8e12 * 0.8), rel=1e-9)
