@@ -23,6 +23,7 @@ __all__ = [
     "ParamCounts",
     "PublishedCounts",
     "attention_flops_per_context_token",
+    "chunked_layers",
     "expert_touch_fraction",
     "kv_bytes_per_request",
     "kv_bytes_per_sequence",
@@ -322,6 +323,11 @@ def attention_flops_per_context_token(arch: ModelArch, absorbed: bool) -> float:
 def layer_windows(arch: ModelArch) -> np.ndarray:
     """Attention window per layer in tokens (inf for full attention), shape (n_layers,)."""
     return _window_array(arch)
+
+
+def chunked_layers(arch: ModelArch) -> np.ndarray:
+    """Which layers attend within fixed chunks of their window (Llama 4), shape (n_layers,) of bool."""
+    return np.isfinite(_window_array(arch)) & arch.window_chunked
 
 
 def expert_touch_fraction(tokens, experts_per_token, n_experts):

@@ -10,6 +10,7 @@ from planner.hardware.kernels import PrefillAttention
 from planner.model.architecture import (
     AttentionKind,
     attention_flops_per_context_token,
+    chunked_layers,
     kv_bytes_per_token_per_layer,
     layer_windows,
 )
@@ -80,7 +81,7 @@ def _attention_pairs(ctx: StepContext) -> np.ndarray:
     """Causal attention FLOPs of one prompt on each stage (pp,)."""
     inp = ctx.inp
     windows = layer_windows(inp.arch)
-    chunked = np.isfinite(windows) & inp.arch.window_chunked
+    chunked = chunked_layers(inp.arch)
     pairs = np.where(chunked, chunked_attention_pairs(inp.input_tokens, np.where(chunked, windows, 1.0)),
                      causal_attention_pairs(inp.input_tokens, windows))
     return ctx.st.per_stage(attention_flops_per_context_token(inp.arch, absorbed=False) * pairs)

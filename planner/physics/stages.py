@@ -12,6 +12,7 @@ from planner.hardware.kernels import HeadShape
 from planner.model.architecture import (
     AttentionKind,
     ModelArch,
+    chunked_layers,
     layer_params,
     layer_windows,
     param_counts,
@@ -179,7 +180,7 @@ def decode_context_per_layer(arch: ModelArch, input_tokens: float, output_tokens
     position), about C / 2 once the output spans chunks and a few tokens just past a chunk boundary."""
     windows = layer_windows(arch)
     lengths = np.minimum(input_tokens + output_tokens / 2, windows)
-    chunked = np.isfinite(windows) & arch.window_chunked
+    chunked = chunked_layers(arch)
     if chunked.any() and output_tokens > 0:
         c = windows[chunked]
         lengths[chunked] = (chunked_attention_pairs(input_tokens + output_tokens, c) - chunked_attention_pairs(input_tokens, c)) / output_tokens
