@@ -73,4 +73,4 @@ def decode_step_s(device: Device, model: StepModel, batch_size: int, context: in
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         _forward(model, x, caches)
-    return device.median_s(graph.replay)
+    return device.median_s(graph.replay, graphed=False)

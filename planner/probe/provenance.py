@@ -9,7 +9,7 @@ import subprocess
 
 import torch
 
-from planner.probe.timing import Device
+from planner.probe.timing import MAX_COPIES, SPIN_S, Device
 from planner.units import MIB
 
 __all__ = ["provenance"]
@@ -61,6 +61,9 @@ def provenance(device: Device, backends: dict[str, str]) -> dict:
     record: dict = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "host": platform.node(),
                     "python": platform.python_version(), "libraries": _libraries(), "backends": backends,
                     "warmup_calls": device.warmup, "timed_calls": device.iterations, "statistic": "median"}
+    if device.is_gpu:
+        record["timing"] = {"method": "CUDA graph of K calls on K operand copies (cold in L2), over K, between device events; the device held busy before each start", "max_copies": MAX_COPIES,
+                            "spin_s": SPIN_S, "calls_not_captured": device.eager_calls}
     if not device.is_gpu:
         return record | {"device": f"CPU ({platform.processor() or platform.machine()})", "device_type": "cpu", "device_count": 1,
                          "threads": torch.get_num_threads()}
