@@ -27,10 +27,18 @@ def test_llama_8b_gemms_are_its_projections_per_tensor_parallel_rank():
 
 def test_deepseek_experts_are_split_until_a_rank_holds_under_4_gib():
     plan = plan_shapes([CATALOG["deepseek-v3"]], REFERENCES, smoke=False)
-    # 256 experts x 3 x 7168 x 2048 x 2 B = 22.5 GB; EP4: 5.64 GB > 4.29 GB (4 GiB); EP8: 2.82 GB
-    assert {s["moe_ep_size"] for s in plan.shapes["moe"]} == {8}
-    # 1/8 to 1024 tokens per expert, T = per expert x 256 / 8: 4 tokens up to 32768
-    assert min(s["num_tokens"] for s in plan.shapes["moe"]) == 4 and max(s["num_tokens"] for s in plan.shapes["moe"]) == 32768
+    floor, shapes = plan.shapes["moe"][:3], plan.shapes["moe"][3:]
+    # whole experts: 256 x 3 x 7168 x 2048 x 2 B = 22.5 GB; EP4: 5.64 GB > 4.29 GB (4 GiB); EP8: 2.82 GB.
+    # split 8 ways inside (TP 8): 22.5 / 8 = 2.82 GB on one rank, no EP needed
+    assert {(s["moe_tp_size"], s["moe_ep_size"]) for s in shapes} == {(1, 8), (8, 1)}
+    # 1/8 to 1024 tokens per expert, T = per expert x 256 / 8: 4 tokens up to 32768, and the decode steps of
+    # batches 1 and 2 (1/32 and 1/16 per expert), at both splits
+    for tp in (1, 8):
+        tokens = sorted(s["num_tokens"] for s in shapes if s["moe_tp_size"] == tp)
+        assert tokens == [1, 2] + [4 * 2**i for i in range(14)]
+    # the floor first: 128-wide layers, one of the 256 experts per rank (3 x 128 x 128 x 2 B = 96 KiB), 1, 2 and 4 tokens
+    assert [(s["num_tokens"], s["hidden_size"], s["inter_size"], s["moe_ep_size"]) for s in floor] == [(1, 128, 128, 256), (2, 128, 128, 256),
+                                                                                                      (4, 128, 128, 256)]
 
 
 def test_every_class_is_planned_even_for_a_dense_gqa_model():

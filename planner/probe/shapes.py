@@ -21,6 +21,7 @@ CLASSES = ("gemm", "moe", "attention_decode", "attention_prefill", "mla_decode",
 TENSOR_PARALLEL = (1, 2, 4, 8)
 GEMM_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 TOKENS_PER_EXPERT = (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+MOE_DECODE_TOKENS = (1, 2)  # and these tokens entering a layer, below 1/8 per expert for large expert counts (decode at batch 1-2)
 DECODE_BATCH = (1, 4, 16, 64, 256)
 DECODE_KV_TOKENS = (256, 1024, 4096, 16384, 65536)
 PREFILL_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -28,6 +29,12 @@ ELEMENTWISE_TOKENS = (1, 8, 64, 512, 4096, 16384)
 HBM_BYTES = tuple(2**e for e in range(20, 33))  # 1 MiB .. 4 GiB
 COLLECTIVE_ELEMENTS = tuple(2**e for e in range(10, 29, 2))
 EXPERT_WEIGHT_CAP_BYTES = 4 * 2**30  # an expert-parallel degree is chosen so a rank's experts stay under this
+# The expert class's floor: layers this narrow, one expert per rank, at these token counts, do no work
+# worth counting, so their time is the kernels' launch floor, measured first. (The engines' tables
+# have such shapes too, e.g. aiconfigurator's H100 vLLM table at EP 256: 0.06 us of work in 33 us.)
+MOE_TENSOR_PARALLEL = (1, 8)  # experts whole (split over ranks by EP), and split 8 ways inside (TP 8 without EP)
+MOE_FLOOR_WIDTH = 128
+MOE_FLOOR_TOKENS = (1, 2, 4)
 KV_CAP_BYTES = 16 * 2**30  # decode shapes whose KV cache would exceed this are left out
 MLA_LATENT, MLA_ROPE = 512, 64  # DeepSeek's cached latent and shared rope key per token (576 values)
 MLA_QK, MLA_V = 192, 128  # DeepSeek's prefill query/key and value head dims
@@ -114,17 +121,22 @@ def _expert_parallel(hidden: int, inter: int, experts: int) -> int:
 
 
 def _moe(archs: list[ModelArch], s: _Scale) -> list[dict]:
-    rows = []
+    """The floor shapes (of the first model's routing), then every model's shapes coarse to fine."""
+    rows, floor = [], []
     for a in archs:
         m = a.moe
         hidden, inter, experts = s.width(a.hidden_size), s.width(m.expert_intermediate_size), m.n_routed_experts // (8 if s.smoke else 1)
         experts, topk = max(experts, 2), min(m.experts_per_token, max(experts, 2))
-        ep = _expert_parallel(hidden, inter, experts)
         per_expert = s.pick(TOKENS_PER_EXPERT, (0.5, 1, 2, 4, 8, 16, 32, 64))
-        for tokens in sorted({max(1, round(t * experts / topk)) for t in per_expert}):
-            rows.append({"num_tokens": tokens, "hidden_size": hidden, "inter_size": inter, "topk": topk, "num_experts": experts,
-                         "moe_tp_size": 1, "moe_ep_size": ep})
-    return coarse_to_fine(rows)
+        for tp in MOE_TENSOR_PARALLEL:
+            ep = _expert_parallel(hidden, inter // tp, experts)
+            for tokens in sorted({max(1, round(t * experts / topk)) for t in per_expert} | set(s.pick(MOE_DECODE_TOKENS, ()))):
+                rows.append({"num_tokens": tokens, "hidden_size": hidden, "inter_size": inter, "topk": topk, "num_experts": experts,
+                             "moe_tp_size": tp, "moe_ep_size": ep})
+        width = min(MOE_FLOOR_WIDTH, hidden, inter)
+        floor = floor or [{"num_tokens": tokens, "hidden_size": width, "inter_size": width, "topk": topk, "num_experts": experts,
+                           "moe_tp_size": 1, "moe_ep_size": experts} for tokens in MOE_FLOOR_TOKENS]
+    return floor + coarse_to_fine(rows)
 
 
 def _gqa_heads(archs: list[ModelArch], s: _Scale) -> list[tuple[int, int, int]]:
