@@ -158,3 +158,54 @@ def test_the_measured_decode_steps_are_read_back_in_seconds(tmp_path_factory):
 
     root = _probe_dir(tmp_path_factory.mktemp("again"))
     assert measured_points(root) == [("llama-3.1-8b", 1, 16, 4096, pytest.approx(9.5e-3))]  # 9.5 ms at tensor parallelism 1
+
+
+def test_a_probe_of_one_device_keeps_the_shipped_collectives_and_says_so(tmp_path_factory):
+    import shutil
+
+    from planner.hardware.kernel_grids import read_grid_file
+
+    root = _probe_dir(tmp_path_factory.mktemp("one-device"))
+    shutil.rmtree(root / "probe" / "comm")  # one device: the probe measured no collective
+    accels, racks = shipped_specs()
+    base = next(a for a in accels if a.id == "h200-sxm")
+    calibration = calibrate_probe(root, base, "lab-h200", "vllm", racks, load_hardware_catalog())
+    out = tmp_path_factory.mktemp("one-device-catalog")
+    write_user_catalog(out, calibration)
+    shipped = yaml.safe_load((data_dir("topologies") / "kernels.yaml").read_text())["accelerators"]["h200-sxm"]
+    engine = calibration.record["accelerators"]["lab-h200"]["engines"]["vllm"]
+    assert engine["all_reduce"] == shipped["engines"]["vllm"]["all_reduce"]
+    assert engine["all_to_all"] == shipped["engines"]["vllm"]["all_to_all"]
+    assert calibration.record["accelerators"]["lab-h200"]["nccl"] == shipped["nccl"]
+    assert engine["versions"]["collectives"] == "shipped h200-sxm vllm curves (the probe measured none)"
+    assert calibration.kept_collectives == engine["versions"]["collectives"]
+    assert "all_reduce" not in calibration.measured_record()["accelerators"]["lab-h200"]["engines"]["vllm"]  # not shown as fitted
+    grids = read_grid_file(out / "kernel_grids" / "lab-h200.zip")
+    assert {"vllm/all_reduce/4", "nccl/all_reduce/8"} <= set(grids)  # their grids came along
+    rates = kernel_rates("lab-h200", Engine.VLLM, out.resolve())
+    assert rates.all_reduce_curve(4).alpha_s == shipped["engines"]["vllm"]["all_reduce"]["4"]["alpha_s"]
+    assert "collectives shipped h200-sxm vllm curves" in rates.source
+
+
+def test_without_any_all_reduce_curve_the_links_price_the_all_reduces(monkeypatch):
+    import dataclasses
+
+    from planner.cli.estimate import estimate_inputs
+    from planner.cli.parser import build_parser
+    from planner.physics import batch_table
+    from planner.physics.estimate import estimate
+
+    shipped = kernel_rates("h100-sxm", Engine.VLLM)
+    bare = dataclasses.replace(shipped, all_reduce={})  # a part probed on one device, with no shipped curves to keep
+    assert bare.all_reduce_curve(4) is None
+    monkeypatch.setattr(batch_table, "kernel_rates", lambda *args, **kwargs: bare)
+    args = build_parser().parse_args(["estimate", "--model", "llama-3.1-70b", "--rack", "hgx-h100", "--tp", "4", "--batch", "64",
+                                      "--isl", "1023", "--osl", "2", "--engine", "vllm"])
+    step = estimate(estimate_inputs(args)).decode_step
+    hardware = load_hardware_catalog()
+    accel = hardware.accelerators["h100-sxm"]
+    # 80 layers x 2 all-reduces of 64 tokens x 8192 x 2 B = 1 MiB, ring 2 x 3/4 of it over NVLink at 450 GB/s x its
+    # achievable fraction, each plus the collective latency
+    message = 64 * 8192 * 2
+    ring_s = 2 * 3 / 4 * message / (450e9 * accel.scale_up_bandwidth_fraction)
+    assert step.comm_s == pytest.approx(160 * (ring_s + hardware.overheads.collective_latency_s), rel=1e-6)

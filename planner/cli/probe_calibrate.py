@@ -71,9 +71,10 @@ def _summary(record: dict, key: str, engine: str) -> Table:
     return table
 
 
-def _compare(console: Console, out: Path, probe_dir: Path, base: str, key: str) -> None:
-    """The decode step on the probed curves against the shipped ones, where the part has shipped curves and a rack:
-    at the whole steps the probe measured (not in a smoke run), else at a few batches of each dense model probed."""
+def _compare(console: Console, out: Path, probe_dir: Path, base: str, key: str, engine: str) -> None:
+    """The decode step on the probed curves against the shipped ones of the same engine, where the part has shipped
+    curves and a rack: at the whole steps the probe measured (not in a smoke run), else at a few batches of each dense
+    model probed."""
     from planner.cli.probe_compare import (
         compare_rows,
         compare_table,
@@ -88,17 +89,18 @@ def _compare(console: Console, out: Path, probe_dir: Path, base: str, key: str) 
     hardware = with_user_catalog(load_hardware_catalog(), out)
     shipped = next((r for r in hardware.racks.values() if r.accelerator.id == base), None)
     probed = next((r for r in hardware.racks.values() if r.accelerator.id == key), None)
-    if shipped is None or probed is None or kernel_rates(base, DEFAULT_ENGINE) is None:
+    if shipped is None or probed is None or kernel_rates(base, Engine(engine)) is None:
         console.print(f"no shipped curves of {base} to compare with", markup=False)
         return
     run = probe_record(probe_dir).get("run", {})
     models = load_model_catalog()
     measured = [] if run.get("smoke") else [p for p in measured_points(probe_dir) if p[0] in models]
     if measured:
-        rows = compare_rows(out, shipped, probed, measured)
+        rows = compare_rows(out, shipped, probed, measured, engine)
     else:
-        rows = first_fitting(out, shipped, probed, default_points([str(m) for m in run.get("models", [])], shipped.n_accelerators))
-    console.print(compare_table(rows, key, base))
+        rows = first_fitting(out, shipped, probed, default_points([str(m) for m in run.get("models", [])], shipped.n_accelerators),
+                             engine)
+    console.print(compare_table(rows, key, f"{base} {engine}"))
 
 
 def probe_calibrate_command(args: argparse.Namespace, console: Console) -> int:
@@ -125,12 +127,14 @@ def probe_calibrate_command(args: argparse.Namespace, console: Console) -> int:
     except ValidationError as exc:  # an id that is not a catalog id (lowercase kebab-case)
         raise PlannerInputError(issues_from_validation_error(exc, "--name")) from None
     kernels = write_user_catalog(out, calibration)
-    console.print(_summary(calibration.record, key, engine.value))
+    console.print(_summary(calibration.measured_record(), key, engine.value))
+    if calibration.kept_collectives:
+        console.print(f"collectives: {calibration.kept_collectives}", markup=False)
     spec = calibration.accelerator
     console.print(f"accelerator {key}: {base.name} with measured HBM fraction {spec.hbm_bandwidth_fraction} and compute fractions "
                   f"{ {str(k): v for k, v in (spec.compute_fraction or {}).items()} }", markup=False)
     console.print(f"racks: {', '.join(r.id for r in calibration.racks)}", markup=False)
-    _compare(console, out, Path(args.tables), base.id, key)
+    _compare(console, out, Path(args.tables), base.id, key, engine.value)
     console.print(f"wrote {kernels}, {out / 'hardware.yaml'} and {out / 'kernel_grids'}; use them with "
                   f"planner estimate --kernel-catalog {out} --rack {calibration.racks[0].id} ...", markup=False)
     return EXIT_OK

@@ -25,15 +25,16 @@ STEP_TABLE = "decode_step_perf.parquet"
 Point = tuple[str, int, int, int, float | None]  # model, tp, batch, context, measured step seconds (None: not measured)
 
 
-def _decode_step(catalog: Path, rack: str, point: Point):
-    """The pure decode step of one estimate at the point's mean context (None when it does not fit HBM)."""
+def _decode_step(catalog: Path, rack: str, point: Point, engine: str):
+    """The pure decode step of one estimate at the point's mean context under `engine`'s curves (None
+    when it does not fit HBM)."""
     from planner.cli.estimate import estimate_inputs
     from planner.physics.estimate import estimate
 
     model, tp, batch, context, _ = point
     # two output tokens after context - 1 prompt tokens: the decode step reads a mean context of `context`
     args = build_parser().parse_args(["estimate", "--model", model, "--rack", rack, "--tp", str(tp), "--batch", str(batch),
-                                      "--isl", str(context - 1), "--osl", "2", "--kernel-catalog", str(catalog)])
+                                      "--isl", str(context - 1), "--osl", "2", "--engine", engine, "--kernel-catalog", str(catalog)])
     result = estimate(estimate_inputs(args))
     return result.decode_step if result.fits else None
 
@@ -55,23 +56,24 @@ def default_points(models: list[str], n_accelerators: int) -> list[tuple[str, li
             for tp in TENSOR_PARALLEL if tp <= n_accelerators]
 
 
-def compare_rows(catalog: Path, shipped: RackType, probed: RackType, points: list[Point]) -> list[tuple]:
-    """(point, shipped step, probed step) per point where the model fits both parts' HBM."""
+def compare_rows(catalog: Path, shipped: RackType, probed: RackType, points: list[Point], engine: str) -> list[tuple]:
+    """(point, shipped step, probed step) per point where the model fits both parts' HBM, both under the
+    curves of `engine` (the one the probed curves were written under: like for like)."""
     rows = []
     for point in points:
-        steps = _decode_step(catalog, shipped.id, point), _decode_step(catalog, probed.id, point)
+        steps = _decode_step(catalog, shipped.id, point, engine), _decode_step(catalog, probed.id, point, engine)
         if None not in steps:
             rows.append((point, *steps))
     return rows
 
 
-def first_fitting(catalog: Path, shipped: RackType, probed: RackType, candidates: list[tuple[str, list[Point]]]) -> list[tuple]:
+def first_fitting(catalog: Path, shipped: RackType, probed: RackType, candidates: list[tuple[str, list[Point]]], engine: str) -> list[tuple]:
     """Per model, the rows of its smallest tensor-parallel degree at which every batch fits."""
     rows, done = [], set()
     for model, points in candidates:
         if model in done:
             continue
-        found = compare_rows(catalog, shipped, probed, points)
+        found = compare_rows(catalog, shipped, probed, points, engine)
         if len(found) == len(points):
             rows += found
             done.add(model)

@@ -5,13 +5,20 @@ probed part as a new accelerator (a copy of its catalog or problem-file entry un
 probe's measured HBM and GEMM fractions) and its racks. The shipped catalog is never written.
 
 Beyond aiconfigurator's classes the probe measures elementwise work (fitted as t = t0 + bytes /
-(BW eta_bw), the step model's elementwise form) and HBM copies (t = alpha + bytes moved / rate: the
-rate over the catalog peak is the new accelerator's hbm_bandwidth_fraction)."""
+(BW eta_bw), the step model's elementwise form) and HBM copies (a line t = alpha + bytes moved / rate
+through the copies many times larger than L2: the rate over the catalog peak is the new
+accelerator's hbm_bandwidth_fraction).
+
+A probe of one device measures no collectives. The probed part then keeps the collective curves the
+shipped catalog has for its base part (NCCL's and the engine's all-reduce and all-to-all, with their
+grids), and its engine's `versions` say so; a part without shipped curves has none, and its
+all-reduces take the link model (step_calibrated._all_reduces)."""
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -20,17 +27,21 @@ from planner.hardware.calibrate import Tables, calibrate_accelerator
 from planner.hardware.calibrate_fits import fit_alpha_rate, round_sig
 from planner.hardware.calibrate_io import write_kernel_catalog
 from planner.hardware.catalog import HardwareCatalog
-from planner.hardware.kernel_grids import Grid, GridSet
+from planner.hardware.kernel_grids import Grid, GridSet, read_grid_file
 from planner.hardware.probe_layout import PROBE_ENGINE, PROBE_FILE, PROBE_SYSTEM
 from planner.hardware.specs import AcceleratorSpec, RackSpec
 from planner.hardware.user_catalog import HARDWARE_FILE
 from planner.paths import data_dir
 from planner.units import MS
 
-__all__ = ["ProbeCalibration", "calibrate_probe", "match_accelerator", "probe_record", "shipped_specs",
+__all__ = ["ProbeCalibration", "calibrate_probe", "match_accelerator", "probe_record", "shipped_collectives", "shipped_specs",
            "write_user_catalog"]
 
 MAX_FRACTION = 1.0  # a measured fraction above the datasheet peak is held at the peak
+HBM_COPY_L2_MULTIPLE = 8  # copies of at least this many times the L2 cache measure HBM...
+MIN_COPY_ROWS = 4  # ...when at least this many were measured (else every copy is fitted)
+COLLECTIVES = ("all_reduce", "all_to_all")  # an engine's collective classes in kernels.yaml
+ENGINE_ORDER = ("trtllm", "sglang", "vllm")  # whose collectives a part keeps when its engine has none (kernels.kernel_rates' order)
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,18 @@ class ProbeCalibration:
     grids: dict[str, dict[str, Grid | GridSet]]
     accelerator: AcceleratorSpec
     racks: list[RackSpec]
+    kept_collectives: str | None = None  # where the collective curves came from when the probe measured none
+
+    def measured_record(self) -> dict:
+        """`record` without the collective curves kept from the shipped catalog (what the probe fitted)."""
+        if self.kept_collectives is None:
+            return self.record
+        out = {k: v for k, v in self.record.items() if k != "accelerators"}
+        out["accelerators"] = {}
+        for key, entry in self.record["accelerators"].items():
+            engines = {e: {c: v for c, v in fits.items() if c not in COLLECTIVES} for e, fits in entry["engines"].items()}
+            out["accelerators"][key] = {k: v for k, v in entry.items() if k not in ("nccl", "engines")} | {"engines": engines}
+        return out
 
 
 def probe_record(directory: Path) -> dict:
@@ -95,13 +118,43 @@ def _elementwise(tables: Tables, hbm_bytes_per_s: float) -> dict:
                      "fit_spread": fit.record["fit_spread"], "rows": len(rows)}}
 
 
-def _hbm_fraction(tables: Tables, hbm_bytes_per_s: float) -> float | None:
-    """The copy rate fitted as t = alpha + bytes moved / rate, over the catalog peak (at most 1)."""
+def _hbm_fraction(tables: Tables, hbm_bytes_per_s: float, l2_bytes: float) -> float | None:
+    """The copy rate over the catalog peak (at most 1): 1 / slope of the least-squares line
+    t = alpha + bytes moved / rate through the copies that dwarf the L2 cache (at least
+    HBM_COPY_L2_MULTIPLE x its size, when MIN_COPY_ROWS of them were measured: smaller ones partly stay
+    in L2 and run faster than HBM; else through every copy)."""
     rows = _latest(tables, "mem", "mem_perf.parquet")
-    if rows is None or len(rows) < 4:
+    if rows is None or len(rows) < MIN_COPY_ROWS:
         return None
-    fit = fit_alpha_rate(rows["bytes_moved"].to_numpy(dtype=float), rows["latency"].to_numpy(dtype=float) * MS, "bytes_per_s")
-    return min(MAX_FRACTION, round_sig(fit.record["bytes_per_s"] / hbm_bytes_per_s))
+    large = rows[rows["bytes"] >= HBM_COPY_L2_MULTIPLE * l2_bytes]
+    rows = large if len(large) >= MIN_COPY_ROWS else rows
+    seconds_per_byte, _ = np.polyfit(rows["bytes_moved"].to_numpy(dtype=float), rows["latency"].to_numpy(dtype=float) * MS, 1)
+    return min(MAX_FRACTION, round_sig(1.0 / (seconds_per_byte * hbm_bytes_per_s)))
+
+
+def _grid_names(tree) -> set[str]:
+    if isinstance(tree, dict):
+        return {tree["grid"]} if isinstance(tree.get("grid"), str) else set().union(*(_grid_names(v) for v in tree.values()))
+    return set()
+
+
+def shipped_collectives(base_id: str, engine: str) -> tuple[dict, dict, dict[str, Grid | GridSet], str] | None:
+    """The shipped catalog's collective curves of part `base_id`: its NCCL section, `engine`'s
+    all-reduce and all-to-all (or, where `engine` has none, the first engine's in ENGINE_ORDER that
+    does), their grids by name, and that engine; None when the part has no shipped collectives."""
+    root = data_dir("topologies")
+    entry = load_yaml_file(root / "kernels.yaml", catalog=True)["accelerators"].get(base_id)
+    if not entry:
+        return None
+    engines = entry.get("engines", {})
+    chosen = next((e for e in (engine, *ENGINE_ORDER) if any(engines.get(e, {}).get(c) for c in COLLECTIVES)), None)
+    nccl = entry.get("nccl") or {}
+    if chosen is None and not nccl:
+        return None
+    curves = {c: engines[chosen][c] for c in COLLECTIVES if chosen and engines[chosen].get(c)}
+    names = _grid_names(nccl) | _grid_names(curves)
+    grids = {k: v for k, v in read_grid_file(root / entry["grids"]).items() if k in names} if names and entry.get("grids") else {}
+    return nccl, curves, grids, chosen or "nccl"
 
 
 def _probed_spec(base: AcceleratorSpec, key: str, engine_record: dict, hbm_fraction: float | None, probe: dict) -> AcceleratorSpec:
@@ -140,10 +193,19 @@ def calibrate_probe(directory: Path, base: AcceleratorSpec, key: str, engine: st
         raise PlannerInputError(InputIssue("tables", f"no kernel table under {directory} has enough shapes to fit",
                                            "run `planner probe` again with a larger --budget-s"))
     fitted |= {"elementwise": e} if (e := _elementwise(tables, accel.hbm_bandwidth_bytes_per_s)) else {}
+    note = None
+    if not entry.get("nccl") and not any(fitted.get(c) for c in COLLECTIVES) and (kept := shipped_collectives(base.id, engine)):
+        nccl, curves, kept_grids, from_engine = kept
+        note = f"shipped {base.id} {from_engine} curves (the probe measured none)"
+        fitted |= curves
+        fitted.setdefault("versions", {})["collectives"] = note
+        entry |= {"nccl": nccl} if nccl else {}
+        grids = dict(grids) | kept_grids
     entry |= {"system": str(probe.get("device")), "engines": {engine: fitted}}
-    spec = _probed_spec(base, key, fitted, _hbm_fraction(tables, accel.hbm_bandwidth_bytes_per_s), probe)
+    spec = _probed_spec(base, key, fitted, _hbm_fraction(tables, accel.hbm_bandwidth_bytes_per_s, l2_bytes), probe)
     devices = int(probe.get("ranks") or probe.get("device_count") or 1)
-    return ProbeCalibration({"source": _source(probe), "accelerators": {key: entry}}, {key: grids}, spec, _racks(base, key, racks, devices))
+    return ProbeCalibration({"source": _source(probe), "accelerators": {key: entry}}, {key: grids}, spec, _racks(base, key, racks, devices),
+                            note)
 
 
 def write_user_catalog(out: Path, calibration: ProbeCalibration) -> Path:

@@ -196,9 +196,12 @@ class KernelRates:
         """These rates for a deployment whose tensor-parallel ranks run `heads`."""
         return replace(self, heads=heads)
 
-    def all_reduce_curve(self, n: int) -> Collective:
-        """The curve measured at the largest group size not above `n` (the smallest one above it if none)."""
+    def all_reduce_curve(self, n: int) -> Collective | None:
+        """The curve measured at the largest group size not above `n` (the smallest one above it if none);
+        None when no all-reduce was measured (a part probed on one device, without shipped curves)."""
         sizes = sorted(self.all_reduce)
+        if not sizes:
+            return None
         below = [s for s in sizes if s <= n]
         return self.all_reduce[below[-1] if below else sizes[0]]
 

@@ -298,11 +298,11 @@ def _all_reduces(ctx: StepContext, tokens_rank: np.ndarray) -> tuple[np.ndarray,
     message = tokens_rank * inp.arch.hidden_size * inp.precisions.activation_bytes
     calls = ctx.memo("all-reduces", lambda: all_reduces_per_stage(ctx))
     ideal = calls * all_reduce_time_s(message, lay.tp, ctx.eff.tp_bytes_per_s, ctx.eff.latency_s)
-    if lay.tp > 1 and not ctx.links.tp.spans_domains:
-        curve = ctx.rates.all_reduce_curve(lay.tp)
+    curve = ctx.rates.all_reduce_curve(lay.tp) if lay.tp > 1 and not ctx.links.tp.spans_domains else None
+    if curve is not None:
         # a curve measured on another part's links (derived rates) never beats this part's own links
         return np.maximum(all_reduce_kernel(curve, message, lay.tp, calls), ideal), curve.spread
-    return ideal, Spread()
+    return ideal, Spread()  # across domains, or no all-reduce measured on this part: the link model
 
 
 def _times(value: np.ndarray, factor: float) -> np.ndarray:
