@@ -56,8 +56,12 @@ def test_smoke_probe_measures_every_class_and_records_the_machine(probed):
     assert record["probe"]["device_type"] == "cpu" and record["probe"]["libraries"]["torch"].startswith("2.")
     assert record["run"]["smoke"] is True and record["run"]["models"] == ["llama-3.1-8b", "qwen3-moe"]
     experts = pd.read_parquet(next((probed / "probe" / "moe").rglob("moe_perf.parquet")))
-    # the config's experts, not the reference model's: smoke widths are /64 (2048 -> 32, 768 -> 12), experts /8 (128 -> 16)
-    assert set(experts["hidden_size"]) == {32} and set(experts["inter_size"]) == {12} and set(experts["num_experts"]) == {16}
+    # the config's experts, not the reference model's: smoke widths are /64 (2048 -> 32, 768 -> 12), experts /8 (128 -> 16);
+    # first the three floor shapes: min(128, 32, 12) = 12 wide, one of the 16 experts per rank, 1, 2 and 4 tokens
+    floor, layers = experts[experts["moe_ep_size"] == 16], experts[experts["moe_ep_size"] < 16]
+    assert sorted(floor["num_tokens"]) == [1, 2, 4] and set(floor["hidden_size"]) == set(floor["inter_size"]) == {12}
+    assert set(layers["hidden_size"]) == {32} and set(layers["inter_size"]) == {12} and set(experts["num_experts"]) == {16}
+    assert set(layers["moe_tp_size"]) == {1, 8}  # whole experts, and split 8 ways
     for table in TABLES:  # calibrate fits a kernel table of 8 shapes or more, a copy or elementwise table of 4
         assert record["run"]["rows"][table] >= (4 if table.startswith(("mem", "elementwise")) else 6 if table.startswith("step") else 8), table
     assert "collectives" in record["run"]["not_measured"]  # one CPU process: nothing to communicate with
@@ -74,7 +78,7 @@ def test_calibrated_probe_is_a_new_key_estimate_can_name(probed, tmp_path, capsy
     catalog = tmp_path / "catalog"
     assert main(["calibrate", str(probed), "--out", str(catalog), "--accelerator", "h200-sxm"]) == 0
     assert _shipped_digest() == shipped
-    assert "decode step, probed h200-sxm-probed over shipped h200-sxm curves" in capsys.readouterr().out
+    assert "decode step, probed h200-sxm-probed over shipped h200-sxm vllm curves" in capsys.readouterr().out
     assert main(["calibrate", str(probed), "--out", str(tmp_path / "other"), "--accelerator", "h200-sxm", "--name", "h100-sxm"]) == 2
     assert "h100-sxm is an accelerator of the shipped catalog" in capsys.readouterr().err  # a shipped id is not a new key
     kernels = yaml.safe_load((catalog / "kernels.yaml").read_text())
