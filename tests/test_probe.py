@@ -127,3 +127,15 @@ def test_the_time_left_goes_to_the_classes_still_waiting():
     assert budget["a"] == pytest.approx(2.0, rel=1e-3)  # 12 s x 1 / 6
     assert budget["c"] == pytest.approx(7.2, rel=1e-3)  # a spent nothing: 12 s x 3 / 5
     assert budget["b"] == pytest.approx(12.0, rel=1e-3)  # all that is left
+
+
+def test_a_timed_graph_holds_enough_operand_copies_to_span_the_flush():
+    from planner.probe.timing import MAX_COPIES, operand_copies
+
+    mib = 2**20
+    assert operand_copies(100 * mib, 256 * mib) == 3  # 300 MiB of operands >= 256 MiB
+    assert operand_copies(1 * mib, 256 * mib) == 256  # 256 x 1 MiB
+    assert operand_copies(2**30, 256 * mib) == 1  # one copy already dwarfs the flush
+    assert operand_copies(1024, 256 * mib) == MAX_COPIES == 256  # a tiny shape: the cap
+    assert operand_copies(0, 256 * mib) == MAX_COPIES  # operands that allocated nothing new
+

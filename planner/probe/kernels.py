@@ -3,8 +3,8 @@ operands on the device, times the kernel (planner/probe/timing.py: on a GPU call
 CUDA graph, each on its own operands cold in L2, as a decode step's kernels find them after the
 previous layer's weights have streamed through) and returns seconds.
 
-Dense GEMMs run as `x @ w.T` (cuBLAS/hipBLASLt through PyTorch) with the L2 cache flushed before each
-call, so the weights come from HBM as in a decode step; fp8 runs `torch._scaled_mm` with per-tensor
+Dense GEMMs run as `x @ w.T` (cuBLAS/hipBLASLt through PyTorch), their weights coming from HBM as in
+a decode step; fp8 runs `torch._scaled_mm` with per-tensor
 scales. Routed experts run as batched GEMMs (`torch.bmm`) over the experts a balanced router touches,
 gate-up, activation, down: a stand-in for an engine's grouped-GEMM kernel, said so in the tables.
 Attention runs flash-attn when it is importable on a GPU, else PyTorch's scaled_dot_product_attention

@@ -62,8 +62,8 @@ def provenance(device: Device, backends: dict[str, str]) -> dict:
                     "python": platform.python_version(), "libraries": _libraries(), "backends": backends,
                     "warmup_calls": device.warmup, "timed_calls": device.iterations, "statistic": "median"}
     if device.is_gpu:
-        record["timing"] = {"method": "CUDA graph of K calls on K operand copies (cold in L2), over K, between device events; the device held busy before each start", "max_copies": MAX_COPIES,
-                            "spin_s": SPIN_S, "calls_not_captured": device.eager_calls}
+        method = "CUDA graph of K calls on K operand copies (cold in L2), over K, between device events; the device held busy before each start"
+        record["timing"] = {"method": method, "max_copies": MAX_COPIES, "spin_s": SPIN_S, "calls_not_captured": device.eager_calls}
     if not device.is_gpu:
         return record | {"device": f"CPU ({platform.processor() or platform.machine()})", "device_type": "cpu", "device_count": 1,
                          "threads": torch.get_num_threads()}

@@ -29,10 +29,10 @@ ELEMENTWISE_TOKENS = (1, 8, 64, 512, 4096, 16384)
 HBM_BYTES = tuple(2**e for e in range(20, 33))  # 1 MiB .. 4 GiB
 COLLECTIVE_ELEMENTS = tuple(2**e for e in range(10, 29, 2))
 EXPERT_WEIGHT_CAP_BYTES = 4 * 2**30  # an expert-parallel degree is chosen so a rank's experts stay under this
+MOE_TENSOR_PARALLEL = (1, 8)  # experts whole (split over ranks by EP), and split 8 ways inside (TP 8 without EP)
 # The expert class's floor: layers this narrow, one expert per rank, at these token counts, do no work
 # worth counting, so their time is the kernels' launch floor, measured first. (The engines' tables
 # have such shapes too, e.g. aiconfigurator's H100 vLLM table at EP 256: 0.06 us of work in 33 us.)
-MOE_TENSOR_PARALLEL = (1, 8)  # experts whole (split over ranks by EP), and split 8 ways inside (TP 8 without EP)
 MOE_FLOOR_WIDTH = 128
 MOE_FLOOR_TOKENS = (1, 2, 4)
 KV_CAP_BYTES = 16 * 2**30  # decode shapes whose KV cache would exceed this are left out

@@ -2,8 +2,8 @@
 
 On a GPU (CUDA or ROCm builds of PyTorch) a kernel is timed as a decode step's kernels run: inside a
 CUDA graph, back to back, each finding its operands cold in L2 (`rotated_s`). The graph holds K calls,
-each on its own copy of the operands, K large enough that the copies span the flush size (twice the
-L2 cache), so no call finds what the previous one read; the replay's time over K is one call's.
+each on its own copy of the operands, K large enough that the copies span the flush size (at least
+twice the L2 cache), so no call finds what the previous one read; the replay's time over K is one call's.
 Before each replay the L2 cache is flushed and a spin kernel keeps the device busy for SPIN_S, so
 the host has queued the replay before the device reaches it: host time is not counted, nor is the
 graph's launch (spread over K calls). A call that cannot be captured is timed eagerly the same way.
