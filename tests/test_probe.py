@@ -139,3 +139,39 @@ def test_a_timed_graph_holds_enough_operand_copies_to_span_the_flush():
     assert operand_copies(1024, 256 * mib) == MAX_COPIES == 256  # a tiny shape: the cap
     assert operand_copies(0, 256 * mib) == MAX_COPIES  # operands that allocated nothing new
 
+
+# `nvidia-smi -q -d PERFORMANCE` on the H100 lent to the session of 2026-11-26 (driver 580.159.04), as it printed it
+SMI_PERFORMANCE = """\
+    Clocks Event Reasons
+        Idle                                           : Not Active
+        Applications Clocks Setting                    : Not Active
+        SW Power Cap                                   : Not Active
+        HW Slowdown                                    : Not Active
+            HW Thermal Slowdown                        : Not Active
+            HW Power Brake Slowdown                    : Not Active
+        Sync Boost                                     : Not Active
+        SW Thermal Slowdown                            : Not Active
+        Display Clock Setting                          : Not Active
+    Clocks Event Reasons Counters
+        SW Power Capping                               : 17429198 us
+        Sync Boost                                     : 0 us
+        SW Thermal Slowdown                            : 0 us
+        HW Thermal Slowdown                            : 0 us
+        HW Power Braking                               : 0 us
+    Sparse Operation Mode                              : Disabled
+    GPU Power Readings
+        Average Power Draw                             : 136.87 W
+"""
+
+
+def test_the_throttling_counters_are_read_and_differenced():
+    from planner.probe.provenance import parse_throttle_counters, throttled_us
+
+    counters = parse_throttle_counters(SMI_PERFORMANCE)
+    # the five counters of the section, not the "Clocks Event Reasons" flags above it nor "Sparse Operation Mode" after it
+    assert counters == {"SW Power Capping": 17429198.0, "Sync Boost": 0.0, "SW Thermal Slowdown": 0.0, "HW Thermal Slowdown": 0.0,
+                        "HW Power Braking": 0.0}
+    later = counters | {"SW Power Capping": 17429198.0 + 2.5e6, "HW Thermal Slowdown": 40.0}
+    assert throttled_us(counters, later) == {"SW Power Capping": 2.5e6, "HW Thermal Slowdown": 40.0}  # only what grew
+    assert parse_throttle_counters("Timestamp : Thu Nov 26\n    Clocks\n        SM : 1980 MHz\n") == {}  # no such section
+

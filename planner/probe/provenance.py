@@ -4,6 +4,7 @@
 import datetime
 import importlib.metadata
 import platform
+import re
 import shutil
 import subprocess
 
@@ -12,7 +13,7 @@ import torch
 from planner.probe.timing import MAX_COPIES, SPIN_S, Device
 from planner.units import MIB
 
-__all__ = ["provenance"]
+__all__ = ["parse_throttle_counters", "provenance", "throttle_counters_us", "throttled_us"]
 
 SMI_FIELDS = ("driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem", "power.limit", "pstate")
 SMI_TIMEOUT_S = 10.0
@@ -31,6 +32,44 @@ def _nvidia_smi(index: int) -> dict[str, str]:
         return {}
     values = [v.strip() for v in line.split(",")]
     return dict(zip(SMI_FIELDS, values, strict=False)) if len(values) == len(SMI_FIELDS) else {}
+
+
+THROTTLE_SECTION = "Clocks Event Reasons Counters"  # nvidia-smi -q -d PERFORMANCE: microseconds throttled since boot, by reason
+THROTTLE_LINE = re.compile(r"^\s+(\S.*?)\s*:\s*(\d+)\s*us\s*$")
+
+
+def parse_throttle_counters(text: str) -> dict[str, float]:
+    """The counters of `nvidia-smi -q -d PERFORMANCE`'s "Clocks Event Reasons Counters" section, in
+    microseconds by reason ({} where the section is absent: older drivers, other vendors)."""
+    out: dict[str, float] = {}
+    inside = False
+    for line in text.splitlines():
+        if line.strip() == THROTTLE_SECTION:
+            inside = True
+        elif inside and (found := THROTTLE_LINE.match(line)):
+            out[found.group(1)] = float(found.group(2))
+        elif inside and line.strip():
+            break
+    return out
+
+
+def throttle_counters_us(device: Device) -> dict[str, float]:
+    """The device's cumulative clock-throttling counters (microseconds by reason; {} off NVIDIA GPUs)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None or not device.is_gpu or torch.version.hip:
+        return {}
+    index = device.torch_device.index or 0
+    try:
+        text = subprocess.run([smi, f"--id={index}", "-q", "-d", "PERFORMANCE"], capture_output=True, text=True,
+                              timeout=SMI_TIMEOUT_S, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return parse_throttle_counters(text)
+
+
+def throttled_us(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Microseconds the device spent throttled between two readings, by reason, where it did."""
+    return {reason: after[reason] - before[reason] for reason in after if reason in before and after[reason] > before[reason]}
 
 
 def _rocm_smi() -> dict[str, str]:

@@ -21,7 +21,7 @@ import yaml
 from planner.hardware.probe_layout import PROBE_ENGINE, PROBE_FILE, PROBE_SYSTEM
 from planner.probe import decode_step, kernels
 from planner.probe.collectives import collective_rows
-from planner.probe.provenance import provenance
+from planner.probe.provenance import provenance, throttle_counters_us, throttled_us
 from planner.probe.shapes import Plan
 from planner.probe.timing import Device
 from planner.units import MS
@@ -205,11 +205,14 @@ def write_tables(out: Path, run: ProbeRun, record: dict) -> Path:
 
 def run_probe(device: Device, plan: Plan, out: Path, budget_s: float, ranks: int, progress: Callable[[str], None], smoke: bool) -> dict:
     """Measure, write the tables and probe.yaml; returns the probe.yaml record."""
-    start = time.monotonic()
+    start, counters = time.monotonic(), throttle_counters_us(device)
     run = measure_all(device, plan, budget_s, ranks, progress)
+    throttled = throttled_us(counters, throttle_counters_us(device)) if counters else None
     backends = {"attention": kernels.attention_backend(device), "mla_decode": "torch-bmm", "mla_prefill": "torch-sdpa",
                 "gemm": "torch.matmul / torch._scaled_mm", "moe": "torch.bmm (balanced routing)"}
-    record = {"probe": provenance(device, backends) | {"ranks": ranks},
+    # how long the GPU ran throttled during the probe, by reason (nvidia-smi's counters; absent where it has none)
+    during = {"throttled_during_probe_us": throttled} if throttled is not None else {}
+    record = {"probe": provenance(device, backends) | {"ranks": ranks} | during,
               "run": {"models": list(plan.models), "budget_s": budget_s, "elapsed_s": round(time.monotonic() - start, 2),
                       "smoke": smoke,
                       "rows": run.measured, "skipped": run.skipped, "first_errors": run.errors, "not_measured": run.not_measured},
