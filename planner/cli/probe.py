@@ -12,6 +12,7 @@ from planner.cli.common import EXIT_OK
 from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.model.architecture import ModelArch
 from planner.model.catalog import arch_from_spec, load_model_catalog
+from planner.units import US
 
 __all__ = ["probe_command"]
 
@@ -87,7 +88,7 @@ def probe_command(args: argparse.Namespace, console: Console) -> int:
     for what, why in run["not_measured"].items():
         console.print(f"  not measured: {what}: {why}", markup=False)
     for reason, us in (record["probe"].get("throttled_during_probe_us") or {}).items():
-        console.print(f"  throttled during the probe: {reason} for {us / 1e6:.1f} s of {run['elapsed_s']:.1f} s (its rates may be below "
+        console.print(f"  throttled during the probe: {reason} for {us * US:.1f} s of {run['elapsed_s']:.1f} s (its rates may be below "
                       f"the part's: cool it or raise its power limit and probe again)", markup=False)
     console.print(f"wrote {out / PROBE_FILE} and its tables; next: planner calibrate {out} --out CATALOG_DIR", markup=False)
     return EXIT_OK
