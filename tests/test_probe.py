@@ -175,3 +175,12 @@ def test_the_throttling_counters_are_read_and_differenced():
     assert throttled_us(counters, later) == {"SW Power Capping": 2.5e6, "HW Thermal Slowdown": 40.0}  # only what grew
     assert parse_throttle_counters("Timestamp : Thu Nov 26\n    Clocks\n        SM : 1980 MHz\n") == {}  # no such section
 
+
+
+def test_an_unwritable_out_stops_the_probe_before_it_measures(tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("a file, not a directory")
+    assert main(["probe", "llama-3.1-8b", "--smoke", "--out", str(taken)]) == 2
+    captured = capsys.readouterr()
+    err = " ".join(captured.err.split())
+    assert "--out" in err and "cannot be written" in err and "probing" not in captured.out  # nothing was measured

@@ -33,6 +33,7 @@ VERSION = "2.11.0+cu130"
 # chosen rates of the recorded tables
 GEMM_T0_S, GEMM_ETA_MAX, GEMM_M_HALF, GEMM_ETA_M = 8e-6, 0.7, 50.0, 0.75
 DECODE_T0_S, DECODE_ETA_KV = 6e-6, 0.8
+PREFILL_T0_S, PREFILL_ETA_MAX, PREFILL_S_HALF = 7e-6, 0.6, 500.0
 ELEMENTWISE_T0_S, ELEMENTWISE_RATE = 2e-6, 2.88e12  # 0.6 x 4.8 TB/s
 COPY_ALPHA_S, COPY_RATE = 5e-6, 4.0e12  # 4.0 / 4.8 = 0.8333 of the HBM peak
 ALL_REDUCE_ALPHA_S, ALL_REDUCE_BUS = 10e-6, 100e9
@@ -62,9 +63,18 @@ def _decode_rows() -> pd.DataFrame:
     return shapes.assign(step=0, num_key_value_heads=8, head_dim=128, kv_cache_dtype="bfloat16", window_size=0, latency=t * 1e3)
 
 
+def _prefill_rows() -> pd.DataFrame:
+    """Causal prefill of one sequence, 32 heads of 128: 2 x 32 x 128 x s^2 FLOPs at 0.6 x 989.5 TFLOP/s x s/(s + 500)."""
+    isl = np.array([128, 256, 512, 1024, 2048, 4096, 8192, 16384], dtype=float)
+    t = PREFILL_T0_S + 2 * 32 * 128 * isl**2 / (PEAK_BF16_FLOPS * PREFILL_ETA_MAX * isl / (isl + PREFILL_S_HALF))
+    return pd.DataFrame({"attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "window_size": 0, "batch_size": 1,
+                         "isl": isl.astype(int), "num_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "latency": t * 1e3})
+
+
 def _probe_dir(root: Path) -> Path:
     _write(root, "gemm", "gemm_perf.parquet", _gemm_rows())
     _write(root, "attention", "generation_attention_perf.parquet", _decode_rows())
+    _write(root, "attention", "context_attention_perf.parquet", _prefill_rows())
     moved = np.array([2, 2, 2, 2**26, 2**28, 2**30, 2**32], dtype=float)  # a copy of n bytes moves 2n
     _write(root, "mem", "mem_perf.parquet", pd.DataFrame({"op": "copy", "bytes": moved / 2, "bytes_moved": moved,
                                                           "latency": (COPY_ALPHA_S + moved / COPY_RATE) * 1e3}))
@@ -209,3 +219,67 @@ def test_without_any_all_reduce_curve_the_links_price_the_all_reduces(monkeypatc
     message = 64 * 8192 * 2
     ring_s = 2 * 3 / 4 * message / (450e9 * accel.scale_up_bandwidth_fraction)
     assert step.comm_s == pytest.approx(160 * (ring_s + hardware.overheads.collective_latency_s), rel=1e-6)
+
+
+def _calibrate(root: Path, out: Path, capsys) -> tuple[int, str]:
+    from planner.cli.main import main
+
+    code = main(["calibrate", str(root), "--out", str(out)])
+    return code, " ".join(capsys.readouterr().err.split())  # the console wraps long lines
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("yaml-list", "is not a probe record (no 'probe' section)"),
+    ("yaml-scalar", "is not a probe record (no 'probe' section)"),
+    ("parquet", "is not a readable parquet table"),
+    ("column", "has no column 'bytes_moved'"),
+    ("zero-latency", "no gemm table under"),
+    ("out-is-a-file", "is a file"),
+])
+def test_damaged_probe_input_gets_one_line_and_the_fix(tmp_path, capsys, damage, message):
+    root = _probe_dir(tmp_path / "probe")
+    out = tmp_path / "catalog"
+    gemm = next((root / "probe" / "gemm").rglob("gemm_perf.parquet"))
+    if damage == "yaml-list":
+        (root / "probe.yaml").write_text("- a\n- b\n")
+    elif damage == "yaml-scalar":
+        (root / "probe.yaml").write_text("just text\n")
+    elif damage == "parquet":
+        gemm.write_bytes(b"junk")
+    elif damage == "column":
+        copies = next((root / "probe" / "mem").rglob("mem_perf.parquet"))
+        pd.read_parquet(copies).drop(columns=["bytes_moved"]).to_parquet(copies)
+    elif damage == "zero-latency":
+        pd.read_parquet(gemm).assign(latency=0.0).to_parquet(gemm)
+    elif damage == "out-is-a-file":
+        out.write_text("")
+    code, err = _calibrate(root, out, capsys)
+    assert code == 2 and message in err and "fix:" in err and "Traceback" not in err
+
+
+def test_rows_without_a_measured_latency_are_dropped_not_fitted(tmp_path, capsys):
+    root = _probe_dir(tmp_path / "probe")
+    gemm = next((root / "probe" / "gemm").rglob("gemm_perf.parquet"))
+    rows = pd.read_parquet(gemm)
+    rows.loc[rows.index[-3:], "latency"] = [np.nan, -1.0, 0.0]  # three of the 33 shapes measured nothing
+    rows.to_parquet(gemm)
+    code, _ = _calibrate(root, tmp_path / "catalog", capsys)
+    assert code == 0
+    fit = yaml.safe_load((tmp_path / "catalog" / "kernels.yaml").read_text())["accelerators"]["h200-sxm-probed"]["engines"]["vllm"]
+    assert fit["gemm"]["bf16"]["rows"] == 30 and fit["gemm"]["bf16"]["eta_max"] == pytest.approx(0.7, rel=0.01)
+
+
+def test_a_catalog_without_a_gemm_curve_is_an_input_error_not_a_traceback(calibrated, tmp_path, capsys):
+    import shutil
+
+    from planner.cli.main import main
+
+    _, out = calibrated
+    edited = tmp_path / "edited"
+    shutil.copytree(out, edited)
+    record = yaml.safe_load((edited / "kernels.yaml").read_text())
+    record["accelerators"]["lab-h200"]["engines"]["vllm"]["gemm"] = {}  # a hand edit
+    (edited / "kernels.yaml").write_text(yaml.safe_dump(record))
+    code = main(["estimate", "--kernel-catalog", str(edited), "--rack", "lab-h200-hgx-h200", "--model", "llama-3.1-8b", "--batch", "4"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "no dense GEMM curve (lab-h200)" in err and "Traceback" not in err

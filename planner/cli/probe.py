@@ -76,6 +76,12 @@ def probe_command(args: argparse.Namespace, console: Console) -> int:
                                            "run it on the GPU node with a GPU build of PyTorch, or pass --smoke to check the path on a CPU"))
     ranks = args.ranks or (torch.cuda.device_count() if device.is_gpu else 1)
     out = Path(args.out)
+    try:  # before measuring: a GPU's minutes are not spent on tables that cannot be written
+        out.mkdir(parents=True, exist_ok=True)
+        (out / PROBE_FILE).touch()
+    except OSError as exc:
+        raise PlannerInputError(InputIssue("--out", f"{out} cannot be written ({exc.strerror or exc})",
+                                           "pass a directory you can write (new, or an earlier probe's)")) from None
     console.print(f"probing {device.torch_device} ({plan.count()} shapes of {', '.join(plan.models)}; budget {args.budget_s:.0f} s)", markup=False)
     record = run_probe(device, plan, out, args.budget_s, ranks, _Progress(args.budget_s), args.smoke)
     sys.stderr.write("\n")

@@ -115,6 +115,8 @@ def probe_calibrate_command(args: argparse.Namespace, console: Console) -> int:
     out = Path(args.output)
     if out.resolve() == data_dir("topologies").resolve() or out.suffix in (".yaml", ".yml"):
         raise PlannerInputError(InputIssue("--out", f"{out} is not a directory of its own", "pass a new directory: the shipped catalog stays as it is"))
+    if out.exists() and not out.is_dir():
+        raise PlannerInputError(InputIssue("--out", f"{out} is a file", "pass a directory (new, or one calibrate wrote before)"))
     device = str(probe_record(Path(args.tables))["probe"].get("device"))
     base, racks = _base(args, device)
     key = args.name or f"{base.id}{PROBED_SUFFIX}"
@@ -126,6 +128,9 @@ def probe_calibrate_command(args: argparse.Namespace, console: Console) -> int:
         calibration = calibrate_probe(Path(args.tables), base, key, engine.value, racks, load_hardware_catalog())
     except ValidationError as exc:  # an id that is not a catalog id (lowercase kebab-case)
         raise PlannerInputError(issues_from_validation_error(exc, "--name")) from None
+    except KeyError as exc:  # a table without a column the fits read (an edited or foreign table)
+        raise PlannerInputError(InputIssue("tables", f"a table under {args.tables} has no column {exc}",
+                                           "give the tables `planner probe` wrote, unchanged")) from None
     kernels = write_user_catalog(out, calibration)
     console.print(_summary(calibration.measured_record(), key, engine.value))
     if calibration.kept_collectives:

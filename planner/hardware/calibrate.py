@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from planner.errors import PlannerInputError, unknown_name_issue
+from planner.errors import InputIssue, PlannerInputError, unknown_name_issue
 from planner.hardware.calibrate_classes import CLASS_FAMILIES, collectives
 from planner.hardware.calibrate_io import write_kernel_catalog
 from planner.hardware.catalog import Accelerator, HardwareCatalog, load_hardware_catalog
@@ -87,7 +88,19 @@ class Tables:
         return sorted(found, key=version_key, reverse=True)
 
     def read(self, family: str, engine: str, version: str, name: str) -> pd.DataFrame:
-        return pd.read_parquet(self.root / family / engine / version / name)
+        """The table's rows whose latency is a measurement (finite and positive; a missing, zero or
+        negative one is dropped, as in some of aiconfigurator's quantize and sparse-attention tables)."""
+        path = self.root / family / engine / version / name
+        try:
+            rows = pd.read_parquet(path)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError: not a parquet file, truncated, ...
+            reason = str(exc).splitlines()[0][:240] if str(exc) else type(exc).__name__
+            raise PlannerInputError(InputIssue("tables", f"{path} is not a readable parquet table ({reason})",
+                                               "give the tables as aiconfigurator-core or `planner probe` wrote them")) from None
+        if "latency" not in rows.columns:
+            return rows
+        latency = pd.to_numeric(rows["latency"], errors="coerce")
+        return rows[np.isfinite(latency) & (latency > 0)].assign(latency=latency)
 
     def newest(self, family: str, engine: str, name: str) -> tuple[pd.DataFrame, str] | None:
         """The newest version of a table and its version string, or None."""

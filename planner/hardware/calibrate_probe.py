@@ -41,6 +41,7 @@ MAX_FRACTION = 1.0  # a measured fraction above the datasheet peak is held at th
 HBM_COPY_L2_MULTIPLE = 8  # copies of at least this many times the L2 cache measure HBM...
 MIN_COPY_ROWS = 4  # ...when at least this many were measured (else every copy is fitted)
 COLLECTIVES = ("all_reduce", "all_to_all")  # an engine's collective classes in kernels.yaml
+REQUIRED_CLASSES = ("gemm", "attention_decode", "attention_prefill")  # the others fall back to these (kernels.KernelRates)
 ENGINE_ORDER = ("trtllm", "sglang", "vllm")  # whose collectives a part keeps when its engine has none (kernels.kernel_rates' order)
 
 
@@ -71,7 +72,11 @@ def probe_record(directory: Path) -> dict:
     path = Path(directory) / PROBE_FILE
     if not path.is_file():
         raise PlannerInputError(InputIssue("tables", f"{directory} has no {PROBE_FILE}", "give the --out directory of `planner probe`"))
-    return load_yaml_file(path)
+    record = load_yaml_file(path)
+    if not isinstance(record, dict) or not isinstance(record.get("probe"), dict):
+        raise PlannerInputError(InputIssue("tables", f"{path} is not a probe record (no 'probe' section)",
+                                           "give the --out directory of `planner probe` as it wrote it"))
+    return record
 
 
 def shipped_specs() -> tuple[list[AcceleratorSpec], list[RackSpec]]:
@@ -192,6 +197,9 @@ def calibrate_probe(directory: Path, base: AcceleratorSpec, key: str, engine: st
     if fitted is None:
         raise PlannerInputError(InputIssue("tables", f"no kernel table under {directory} has enough shapes to fit",
                                            "run `planner probe` again with a larger --budget-s"))
+    if missing := [c for c in REQUIRED_CLASSES if not fitted.get(c)]:
+        raise PlannerInputError(InputIssue("tables", f"no {', '.join(missing)} table under {directory} has enough measured shapes to fit "
+                                                     "(every step needs them)", "run `planner probe` again, with a larger --budget-s"))
     fitted |= {"elementwise": e} if (e := _elementwise(tables, accel.hbm_bandwidth_bytes_per_s)) else {}
     note = None
     if not entry.get("nccl") and not any(fitted.get(c) for c in COLLECTIVES) and (kept := shipped_collectives(base.id, engine)):

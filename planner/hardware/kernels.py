@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from planner.errors import (
+    InputIssue,
     PlannerInputError,
     issues_from_validation_error,
     load_yaml_file,
@@ -168,7 +169,7 @@ class KernelRates:
         return self.derived_from is None
 
     def gemm_curve(self, fmt: str) -> Ramp:
-        return _first(self.gemm, fmt, ("fp8", "bf16"))
+        return _first(self.gemm, fmt, ("fp8", "bf16"), f"dense GEMM curve ({self.accelerator})")
 
     def moe_curve(self, fmt: str, routing: str = "balanced", wide_ep_mode: str | None = None) -> Ramp:
         """Grouped expert GEMM of `fmt` measured under `routing` (balanced when that skew was not measured); behind
@@ -184,12 +185,12 @@ class KernelRates:
 
     def decode_attention_curve(self, kv_fmt: str, mla: bool) -> DecodeAttention:
         table = (self.mla_decode or self.attention_decode) if mla else self.attention_decode
-        return _first(table, kv_fmt, ("bf16", "fp8"))
+        return _first(table, kv_fmt, ("bf16", "fp8"), f"decode-attention curve ({self.accelerator})")
 
     def prefill_attention_curve(self, kv_fmt: str, mla: bool) -> PrefillAttention:
         """The prefill-attention curve, bound to the deployment's heads per rank when known."""
         table = (self.mla_prefill or self.attention_prefill) if mla else self.attention_prefill
-        curve = _first(table, kv_fmt, ("bf16", "fp8"))
+        curve = _first(table, kv_fmt, ("bf16", "fp8"), f"prefill-attention curve ({self.accelerator})")
         return replace(curve, shape=self.heads) if self.heads is not None else curve
 
     def with_heads(self, heads: HeadShape) -> "KernelRates":
@@ -213,10 +214,13 @@ class KernelRates:
 WIDE_EP_FORMATS = ("fp8_block", "fp8", "bf16")
 
 
-def _first(table: dict, key: str, fallbacks: tuple[str, ...]):
+def _first(table: dict, key: str, fallbacks: tuple[str, ...], what: str = "a kernel class every step needs"):
     for k in (key, *fallbacks):
         if k in table:
             return table[k]
+    if not table:  # a hand-edited user catalog: `planner calibrate` writes none without these classes
+        raise PlannerInputError(InputIssue("kernel_catalog", f"the kernel curves have no {what}",
+                                           "write the catalog with `planner calibrate` and leave it unedited"))
     return next(iter(table.values()))
 
 
