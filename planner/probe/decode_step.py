@@ -62,15 +62,4 @@ def decode_step_s(device: Device, model: StepModel, batch_size: int, context: in
     shape = (batch_size, d["num_key_value_heads"], context, d["head_dim"])
     caches = [(torch.randn(shape, device=dev, dtype=BF16), torch.randn(shape, device=dev, dtype=BF16)) for _ in model.layers]
     x = torch.randn(batch_size, d["hidden_size"], device=dev, dtype=BF16)
-    if not device.is_gpu:
-        return device.median_s(lambda: _forward(model, x, caches))
-    side = torch.cuda.Stream(dev)
-    side.wait_stream(torch.cuda.current_stream(dev))
-    with torch.cuda.stream(side):  # warm-up off the capture stream, as CUDA graph capture asks
-        for _ in range(2):
-            _forward(model, x, caches)
-    torch.cuda.current_stream(dev).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _forward(model, x, caches)
-    return device.median_s(graph.replay, graphed=False)
+    return device.median_s(lambda: _forward(model, x, caches))  # on a GPU, captured once and replayed (Device.median_s)

@@ -20,17 +20,23 @@ SMI_TIMEOUT_S = 10.0
 OPTIONAL_LIBRARIES = ("flashinfer-python", "flashinfer", "flash-attn", "triton")
 
 
+def _smi_output(tool: str, *args: str) -> str | None:
+    """What `tool` (nvidia-smi, rocm-smi) prints with `args`; None where it is absent or fails."""
+    smi = shutil.which(tool)
+    if smi is None:
+        return None
+    try:
+        return subprocess.run([smi, *args], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def _nvidia_smi(index: int) -> dict[str, str]:
     """Driver and clocks from nvidia-smi (MHz, W as it prints them); {} where it is absent."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
+    text = _smi_output("nvidia-smi", f"--id={index}", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader")
+    if text is None:
         return {}
-    query = [smi, f"--id={index}", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader"]
-    try:
-        line = subprocess.run(query, capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    values = [v.strip() for v in line.split(",")]
+    values = [v.strip() for v in text.strip().split(",")]
     return dict(zip(SMI_FIELDS, values, strict=False)) if len(values) == len(SMI_FIELDS) else {}
 
 
@@ -55,16 +61,10 @@ def parse_throttle_counters(text: str) -> dict[str, float]:
 
 def throttle_counters_us(device: Device) -> dict[str, float]:
     """The device's cumulative clock-throttling counters (microseconds by reason; {} off NVIDIA GPUs)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None or not device.is_gpu or torch.version.hip:
+    if not device.is_gpu or torch.version.hip:
         return {}
-    index = device.torch_device.index or 0
-    try:
-        text = subprocess.run([smi, f"--id={index}", "-q", "-d", "PERFORMANCE"], capture_output=True, text=True,
-                              timeout=SMI_TIMEOUT_S, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return parse_throttle_counters(text)
+    text = _smi_output("nvidia-smi", f"--id={device.torch_device.index or 0}", "-q", "-d", "PERFORMANCE")
+    return {} if text is None else parse_throttle_counters(text)
 
 
 def throttled_us(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -74,13 +74,8 @@ def throttled_us(before: dict[str, float], after: dict[str, float]) -> dict[str,
 
 def _rocm_smi() -> dict[str, str]:
     """The ROCm driver's clocks as rocm-smi prints them; {} where it is absent."""
-    smi = shutil.which("rocm-smi")
-    if smi is None:
-        return {}
-    try:
-        text = subprocess.run([smi, "--showclocks", "--showdriverversion"], capture_output=True, text=True,
-                              timeout=SMI_TIMEOUT_S, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
+    text = _smi_output("rocm-smi", "--showclocks", "--showdriverversion")
+    if text is None:
         return {}
     return {"rocm_smi": " | ".join(line.strip() for line in text.splitlines() if ":" in line)}
 

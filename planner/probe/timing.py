@@ -92,7 +92,8 @@ class Device:
 
     def median_s(self, call: Callable[[], object], cold: bool = False, graphed: bool = True) -> float:
         """The median time of `call` in seconds (`cold`: the L2 cache flushed before every call;
-        `graphed`: replayed as a CUDA graph on a GPU, False for a call that is a graph replay already)."""
+        `graphed`: replayed as a CUDA graph on a GPU; False where capture would change what is timed:
+        collectives across processes, and a copy that capture would hand to a copy engine)."""
         for _ in range(self.warmup):
             call()
         if not self.is_gpu:
